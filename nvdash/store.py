@@ -1,0 +1,72 @@
+"""The bounded, thread-safe ring buffer of recent snapshots shared by every dashboard."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from nvdash.sampling.records import Inventory, Snapshot
+
+DEFAULT_CAPACITY = 1200
+
+
+class Store:
+    """Holds the last ``capacity`` snapshots; one writer (the sampler), any number of readers.
+
+    Each appended snapshot gets the next sequence number, starting at 1. A reader keeps the last number
+    it saw and asks for what came after it, so each reader gets each row once.
+    """
+
+    def __init__(self, inventory: Inventory, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self._inventory = inventory
+        self._capacity = capacity
+        self._rows: deque[Snapshot] = deque(maxlen=capacity)
+        self._last_seq = 0
+        self._lock = threading.Lock()
+
+    @property
+    def inventory(self) -> Inventory:
+        """The hardware found at start."""
+        return self._inventory
+
+    @property
+    def capacity(self) -> int:
+        """The most snapshots kept."""
+        return self._capacity
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of the newest snapshot (0 when empty)."""
+        with self._lock:
+            return self._last_seq
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._rows)
+
+    def append(self, snapshot: Snapshot) -> int:
+        """Add a snapshot, dropping the oldest beyond capacity; returns its sequence number."""
+        with self._lock:
+            self._rows.append(snapshot)
+            self._last_seq += 1
+            return self._last_seq
+
+    def since(self, seq: int) -> tuple[list[Snapshot], int]:
+        """The snapshots newer than ``seq`` (oldest first) and the newest sequence number.
+
+        A reader that fell more than ``capacity`` rows behind gets the rows still kept.
+        """
+        with self._lock:
+            newer = self._last_seq - seq
+            if newer <= 0:
+                return [], self._last_seq
+            count = min(newer, len(self._rows))
+            rows = [self._rows[i] for i in range(len(self._rows) - count, len(self._rows))]
+            return rows, self._last_seq
+
+    def latest(self) -> Snapshot | None:
+        """The newest snapshot, or ``None`` before the first."""
+        with self._lock:
+            return self._rows[-1] if self._rows else None
