@@ -1,0 +1,6 @@
+"""``python -m nvdash``."""
+
+from nvdash.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""Opening the hardware: real NVML, simulated GPUs, or none, plus the host; the result is an Inventory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from nvdash.sampling.host_source import HostSource
+from nvdash.sampling.nvml_source import NvmlSource, NvmlUnavailable, install_library, load_nvml
+from nvdash.sampling.records import Inventory
+
+
+@dataclass
+class Hardware:
+    """The opened sources and what they found; :meth:`close` releases NVML (and the fake library)."""
+
+    inventory: Inventory
+    host: HostSource
+    gpus: NvmlSource | None
+    fake: object | None = None
+    _undo: list[Callable[[], None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Shut NVML down and restore pynvml if a fake library was installed."""
+        if self.gpus is not None:
+            self.gpus.close()
+        while self._undo:
+            self._undo.pop()()
+
+
+def open_hardware(
+    simulate: str | None = None,
+    seed: int = 0,
+    faults: str | None = None,
+    nvml: ModuleType | None = None,
+    host: HostSource | None = None,
+) -> Hardware:
+    """Open NVML (real or simulated by profile name) and the host source.
+
+    Without usable NVML the result has no GPU source and the inventory says why. An unknown profile or a
+    bad fault spec raises ``ValueError`` with a one-line message.
+    """
+    host = host if host is not None else HostSource()
+    nvml = nvml if nvml is not None else load_nvml()
+    undo: list[Callable[[], None]] = []
+    fake: object | None = None
+    if simulate is not None:
+        from nvdash.sampling.fake import FakeNvmlLibrary  # noqa: PLC0415 - only when simulating
+
+        library = FakeNvmlLibrary(simulate, seed=seed)
+        if faults:
+            library.apply_faults(faults)
+        undo.append(install_library(nvml, library))
+        fake = library
+    source = NvmlSource(nvml)
+    try:
+        gpus = source.open()
+    except NvmlUnavailable as error:
+        inventory = Inventory(host=host.info(), nvml_error=str(error), simulated=simulate)
+        return Hardware(inventory, host, None, fake, undo)
+    nvml_error = None if gpus else "NVML is working but found no NVIDIA GPU on this machine."
+    inventory = Inventory(
+        host=host.info(),
+        gpus=gpus,
+        driver_version=source.driver_version,
+        nvml_error=nvml_error,
+        simulated=simulate,
+    )
+    return Hardware(inventory, host, source, fake, undo)

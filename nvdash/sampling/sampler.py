@@ -1,0 +1,118 @@
+"""The one sampler thread per server: reads every source once per interval into the store."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from nvdash.sampling.records import GpuSample, HostSample, Snapshot
+from nvdash.store import Store
+
+log = logging.getLogger(__name__)
+
+MIN_INTERVAL_S = 0.1
+
+
+class GpuReader(Protocol):
+    """Anything that yields one sample per GPU within a time budget (the NVML source)."""
+
+    def read(self, timeout_s: float) -> tuple[GpuSample, ...]: ...
+
+
+class HostReader(Protocol):
+    """Anything that yields one host sample (the host source)."""
+
+    def read(self) -> HostSample: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SamplerStats:
+    """How the sampler is keeping up."""
+
+    sweeps: int
+    errors: int
+    last_sweep_s: float
+    max_sweep_s: float
+
+
+class Sampler:
+    """Appends one :class:`Snapshot` per interval to the store from a single background thread.
+
+    The GPU read gets at most 80 % of the interval, so a slow NVML call cannot push a sweep past it.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        host: HostReader,
+        gpus: GpuReader | None = None,
+        interval_s: float = 0.5,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        if interval_s < MIN_INTERVAL_S:
+            raise ValueError(f"interval must be at least {MIN_INTERVAL_S} s")
+        self._store = store
+        self._host = host
+        self._gpus = gpus
+        self._interval_s = interval_s
+        self._wall_clock = wall_clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sweeps = 0
+        self._errors = 0
+        self._last_sweep_s = 0.0
+        self._max_sweep_s = 0.0
+
+    @property
+    def interval_s(self) -> float:
+        """Seconds between sweeps."""
+        return self._interval_s
+
+    def stats(self) -> SamplerStats:
+        """Counts and durations of the sweeps so far."""
+        return SamplerStats(self._sweeps, self._errors, self._last_sweep_s, self._max_sweep_s)
+
+    def sample_once(self) -> Snapshot:
+        """Read every source once and append the snapshot to the store."""
+        started = time.monotonic()
+        time_s = self._wall_clock()
+        gpus = self._gpus.read(self._interval_s * 0.8) if self._gpus is not None else ()
+        snapshot = Snapshot(time_s=time_s, gpus=gpus, host=self._host.read())
+        self._store.append(snapshot)
+        elapsed = time.monotonic() - started
+        self._sweeps += 1
+        self._last_sweep_s = elapsed
+        self._max_sweep_s = max(self._max_sweep_s, elapsed)
+        return snapshot
+
+    def start(self) -> None:
+        """Start the thread (once); the first snapshot is taken at once."""
+        if self._thread is not None:
+            raise RuntimeError("the sampler is already started")
+        self._thread = threading.Thread(target=self._run, name="nvdash-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Ask the thread to stop and wait for it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        next_due = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.sample_once()
+            except Exception:
+                self._errors += 1
+                if self._errors == 1 or self._errors % 100 == 0:
+                    log.exception("nvdash sampler sweep failed (%d so far)", self._errors)
+            next_due += self._interval_s
+            now = time.monotonic()
+            if next_due < now:
+                next_due = now + self._interval_s
+            self._stop.wait(next_due - now)

@@ -1,0 +1,138 @@
+"""Builds the one Bokeh server: a route per available dashboard plus the server's own pages."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bokeh.application import Application
+from bokeh.application.handlers.function import FunctionHandler
+from bokeh.document import Document
+from bokeh.server.server import Server
+from bokeh.settings import settings as bokeh_settings
+from tornado.ioloop import IOLoop
+from tornado.web import RequestHandler
+
+from nvdash.apps import APPS, AppContext, AppSpec, unavailable_reason
+from nvdash.sampling.sampler import Sampler
+from nvdash.server.loop_monitor import LoopMonitor
+from nvdash.server.pages import (
+    HtmlHandler,
+    JsonHandler,
+    index_json,
+    info_json,
+    render_index,
+    render_unavailable,
+)
+from nvdash.settings import Settings
+from nvdash.store import Store
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+PROFILES_HINT = "dgx-h100, a100-pcie-2, t4"
+
+
+@dataclass
+class Runtime:
+    """What the health endpoint reports on: the sampler, the store, NVML call counts, the event loop."""
+
+    store: Store
+    sampler: Sampler
+    nvml_calls: Callable[[], int] = lambda: 0
+    fake_nvml_calls: Callable[[], int] | None = None
+    loop_monitor: LoopMonitor = field(default_factory=LoopMonitor)
+
+
+def websocket_origins(settings: Settings) -> list[str]:
+    """The browser origins allowed to open websockets: the given ones, else this server's own addresses."""
+    if settings.allow_websocket_origin:
+        return list(settings.allow_websocket_origin)
+    port = settings.port
+    origins = [f"localhost:{port}", f"127.0.0.1:{port}"]
+    if settings.host in WILDCARD_HOSTS:
+        origins += [f"{socket.gethostname()}:{port}", f"{socket.getfqdn()}:{port}"]
+    else:
+        origins.append(f"{settings.host}:{port}")
+    return list(dict.fromkeys(origins))
+
+
+def _application(spec: AppSpec, context: AppContext) -> Application:
+    def build(doc: Document) -> None:
+        spec.build(doc, context)
+
+    return Application(FunctionHandler(build))
+
+
+def health(runtime: Runtime, handler: RequestHandler, server: Callable[[], Server | None]) -> dict[str, Any]:
+    """The numbers a benchmark or a monitor wants: sampler, store, NVML calls, event loop, sessions."""
+    stats = runtime.sampler.stats()
+    reset = handler.get_query_argument("reset", "") == "1"
+    current = server()
+    sessions = 0
+    if current is not None:
+        sessions = sum(len(current.get_sessions(route)) for route in current._tornado.app_paths)
+    result: dict[str, Any] = {
+        "status": "ok",
+        "sampler": {
+            "interval_s": runtime.sampler.interval_s,
+            "sweeps": stats.sweeps,
+            "errors": stats.errors,
+            "last_sweep_ms": round(stats.last_sweep_s * 1000, 3),
+            "max_sweep_ms": round(stats.max_sweep_s * 1000, 3),
+        },
+        "store": {"rows": len(runtime.store), "capacity": runtime.store.capacity, "last_seq": runtime.store.last_seq},
+        "nvml_calls": runtime.nvml_calls(),
+        "event_loop": runtime.loop_monitor.report(reset_window=reset),
+        "sessions": sessions,
+    }
+    if runtime.fake_nvml_calls is not None:
+        result["fake_nvml_calls"] = runtime.fake_nvml_calls()
+    return result
+
+
+def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = None) -> Server:
+    """A Bokeh server (bound, not started) serving every available dashboard and the server's pages.
+
+    Raises ``OSError`` when the port cannot be bound.
+    """
+    bokeh_settings.resources.set_value("server")
+    store = runtime.store
+    inventory = store.inventory
+    context = AppContext(store=store, interval_s=settings.interval_s)
+    prefix = settings.prefix
+    applications: dict[str, Application] = {}
+    unavailable_routes: list[tuple[str, type[RequestHandler], dict[str, Any]]] = []
+    for spec in APPS:
+        reason = unavailable_reason(spec, inventory)
+        if reason is None:
+            applications[spec.route] = _application(spec, context)
+        else:
+            page = render_unavailable(spec, reason, prefix)
+            unavailable_routes.append(
+                (spec.route + "/?", HtmlHandler, {"render": (lambda page=page: page), "status": 404})
+            )
+    index_page = render_index(inventory, prefix, settings.interval_s, store.capacity, PROFILES_HINT)
+    holder: list[Server] = []
+    extra: list[tuple[str, type[RequestHandler], dict[str, Any]]] = [
+        (r"/", HtmlHandler, {"render": lambda: index_page}),
+        (r"/index\.json", JsonHandler, {"produce": lambda _h: index_json(inventory)}),
+        (r"/info\.json", JsonHandler, {"produce": lambda _h: info_json(inventory)}),
+        (r"/health", JsonHandler, {"produce": lambda h: health(runtime, h, lambda: holder[0] if holder else None)}),
+        *unavailable_routes,
+    ]
+    server = Server(
+        applications,
+        io_loop=io_loop,
+        address=settings.host,
+        port=settings.port,
+        prefix=prefix,
+        allow_websocket_origin=websocket_origins(settings),
+        extra_patterns=extra,
+        use_index=False,
+        num_procs=1,
+        unused_session_lifetime_milliseconds=10_000,
+        check_unused_sessions_milliseconds=5_000,
+    )
+    holder.append(server)
+    return server

@@ -1,0 +1,127 @@
+"""The server's own pages: the index, index.json, info.json, health, and "not available here"."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+from jinja2 import Environment, select_autoescape
+from tornado.web import RequestHandler
+
+from nvdash.apps import APPS, AppSpec, available_apps, unavailable_reason
+from nvdash.sampling.records import Inventory
+from nvdash.units import format_bytes, format_rate
+
+_env = Environment(autoescape=select_autoescape(default=True))
+
+
+def _template(name: str) -> Any:
+    text = resources.files("nvdash.server").joinpath("templates").joinpath(name).read_text(encoding="utf-8")
+    return _env.from_string(text)
+
+
+def index_json(inventory: Inventory) -> dict[str, str]:
+    """Each available route mapped to its title, in the registry's order."""
+    return {spec.route: spec.title for spec in available_apps(inventory)}
+
+
+def info_json(inventory: Inventory) -> dict[str, Any]:
+    """The host and GPUs found at start, and why there are none if so."""
+    return {
+        "hostname": inventory.host.hostname,
+        "driver_version": inventory.driver_version,
+        "simulated": inventory.simulated,
+        "nvml_error": inventory.nvml_error,
+        "gpus": [
+            {
+                "index": gpu.index,
+                "name": gpu.name,
+                "uuid": gpu.uuid,
+                "memory_total_bytes": gpu.memory_total_bytes,
+                "pcie_generation": gpu.pcie_generation,
+                "pcie_width": gpu.pcie_width,
+                "pcie_max_bytes_per_s": gpu.pcie_max_bytes_per_s,
+                "nvlink_links": gpu.nvlink_links,
+                "nvlink_max_bytes_per_s": gpu.nvlink_max_bytes_per_s,
+            }
+            for gpu in inventory.gpus
+        ],
+    }
+
+
+def render_index(inventory: Inventory, prefix: str, interval_s: float, history: int, profiles: str) -> str:
+    """The bookmarkable HTML index."""
+    gpus = [
+        {
+            "index": gpu.index,
+            "name": gpu.name,
+            "memory": format_bytes(gpu.memory_total_bytes),
+            "pcie": (
+                f"Gen{gpu.pcie_generation} x{gpu.pcie_width}, "
+                f"{format_rate(gpu.pcie_max_bytes_per_s)} per direction"
+                if gpu.pcie_generation and gpu.pcie_width
+                else "n/a"
+            ),
+            "nvlink": (
+                f"{gpu.nvlink_links} links, {format_rate(gpu.nvlink_max_bytes_per_s)} per direction"
+                if gpu.has_nvlink
+                else "none"
+            ),
+        }
+        for gpu in inventory.gpus
+    ]
+    count = len(inventory.gpus)
+    summary = f"{count} GPU{'s' if count != 1 else ''}"
+    if inventory.driver_version:
+        summary += f", driver {inventory.driver_version}"
+    summary += f"; {inventory.host.cpu_count} CPUs, {format_bytes(inventory.host.memory_total_bytes)} RAM"
+    return str(
+        _template("index.html").render(
+            hostname=inventory.host.hostname,
+            summary=summary,
+            simulated=inventory.simulated,
+            gpus=gpus,
+            nvml_error=inventory.nvml_error or "no GPU was found",
+            profiles=profiles,
+            apps=[{"href": prefix + spec.route, "title": spec.title} for spec in available_apps(inventory)],
+            unavailable=[
+                {"title": spec.title, "reason": reason}
+                for spec in APPS
+                if (reason := unavailable_reason(spec, inventory)) is not None
+            ],
+            interval=f"{interval_s:g}",
+            history=f"{history} samples",
+        )
+    )
+
+
+def render_unavailable(spec: AppSpec, reason: str, prefix: str) -> str:
+    """The page a route that this machine cannot feed answers with."""
+    return str(_template("unavailable.html").render(title=spec.title, reason=reason, index=prefix + "/"))
+
+
+class HtmlHandler(RequestHandler):
+    """Serves a fixed HTML page with a fixed status."""
+
+    def initialize(self, render: Callable[[], str], status: int = 200) -> None:
+        self._render = render
+        self._status = status
+
+    def get(self) -> None:
+        self.set_status(self._status)
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(self._render())
+
+
+class JsonHandler(RequestHandler):
+    """Serves a JSON document computed on each request (cheap: nothing here touches the hardware)."""
+
+    def initialize(self, produce: Callable[[RequestHandler], Any]) -> None:
+        self._produce = produce
+
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(self._produce(self)))

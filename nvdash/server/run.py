@@ -1,0 +1,83 @@
+"""Starting and stopping the whole thing: hardware, store, sampler, server, signals."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import signal
+import sys
+from types import FrameType
+
+from nvdash.sampling.hardware import Hardware, open_hardware
+from nvdash.sampling.sampler import Sampler
+from nvdash.server.app import Runtime, make_server
+from nvdash.settings import Settings
+from nvdash.store import Store
+
+
+class StartupError(Exception):
+    """The server could not start; the message is one line for the user."""
+
+
+def start_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
+    """Open the hardware and create the store and (unstarted) sampler."""
+    try:
+        hardware = open_hardware(settings.simulate, seed=settings.seed, faults=settings.faults)
+    except ValueError as error:
+        raise StartupError(str(error)) from None
+    store = Store(hardware.inventory, capacity=settings.history)
+    sampler = Sampler(store, hardware.host, hardware.gpus, interval_s=settings.interval_s)
+    gpus = hardware.gpus
+    fake = hardware.fake
+    runtime = Runtime(
+        store=store,
+        sampler=sampler,
+        nvml_calls=(lambda: gpus.calls) if gpus is not None else (lambda: 0),
+        fake_nvml_calls=getattr(fake, "total_calls", None),
+    )
+    return hardware, runtime
+
+
+def _describe(hardware: Hardware) -> str:
+    inventory = hardware.inventory
+    if inventory.gpus:
+        names = sorted({gpu.name for gpu in inventory.gpus})
+        kind = f"simulated ({inventory.simulated}) " if inventory.simulated else ""
+        return f"{len(inventory.gpus)} {kind}GPU{'s' if len(inventory.gpus) != 1 else ''}: {', '.join(names)}"
+    return f"no GPU ({inventory.nvml_error}); serving the machine dashboard only"
+
+
+def serve(settings: Settings) -> int:
+    """Run the server until interrupted; returns the exit status."""
+    logging.basicConfig(level=logging.WARNING, format="nvdash: %(levelname)s: %(message)s")
+    hardware, runtime = start_runtime(settings)
+    try:
+        try:
+            server = make_server(settings, runtime)
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise StartupError(
+                    f"port {settings.port} on {settings.host} is already in use; choose another with --port"
+                ) from None
+            raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {error.strerror}") from None
+        runtime.sampler.start()
+        server.start()
+        runtime.loop_monitor.start(server.io_loop)
+        host = "localhost" if settings.host in ("127.0.0.1", "0.0.0.0", "::", "") else settings.host
+        print(f"nvdash: {_describe(hardware)}", flush=True)
+        print(f"nvdash: open http://{host}:{settings.port}{settings.prefix}/", flush=True)
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            server.io_loop.add_callback_from_signal(server.io_loop.stop)
+
+        signal.signal(signal.SIGTERM, on_signal)
+        try:
+            server.io_loop.start()
+        except KeyboardInterrupt:
+            print("nvdash: stopped", file=sys.stderr)
+        runtime.loop_monitor.stop()
+        server.stop()
+    finally:
+        runtime.sampler.stop()
+        hardware.close()
+    return 0
