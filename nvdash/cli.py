@@ -32,22 +32,32 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to serve on (default 8000)")
     parser.add_argument(
-        "--interval", type=float, default=0.5, metavar="SECONDS",
+        "--interval",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
         help=f"seconds between samples (default 0.5, minimum {MIN_INTERVAL_S})",
     )
     parser.add_argument(
-        "--simulate", metavar="PROFILE",
+        "--simulate",
+        metavar="PROFILE",
         help=f"show simulated GPUs instead of real ones (also ${ENV_SIMULATE}); "
         "profiles: dgx-h100, a100-pcie-2, t4, none",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulated workload (default 0)")
     parser.add_argument(
-        "--allow-websocket-origin", action="append", default=[], metavar="HOST:PORT",
+        "--allow-websocket-origin",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
         help="a browser origin allowed to connect (repeatable; default: this server's own address)",
     )
     parser.add_argument("--prefix", default="", help="URL prefix to serve under, e.g. /nvdash")
     parser.add_argument(
-        "--history", type=int, default=None, metavar="SAMPLES",
+        "--history",
+        type=int,
+        default=None,
+        metavar="SAMPLES",
         help="samples kept in memory and shown by the timelines (default 1200)",
     )
     return parser

@@ -35,9 +35,7 @@ class HostSource:
         self._psutil = psutil if psutil is not None else load_psutil()
         self._clock = clock
         self._hostname = hostname
-        self._rates = {
-            name: CounterRate() for name in ("disk_read", "disk_write", "net_sent", "net_recv")
-        }
+        self._rates = {name: CounterRate() for name in ("disk_read", "disk_write", "net_sent", "net_recv")}
         self._primed = False
 
     def info(self) -> HostInfo:

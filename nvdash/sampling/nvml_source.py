@@ -79,10 +79,7 @@ def install_library(nvml: ModuleType, lib: object) -> Callable[[], None]:
 def explain_init_error(nvml: ModuleType, error: Exception) -> str:
     """A plain sentence for an nvmlInit failure."""
     if isinstance(error, nvml.NVMLError_LibraryNotFound):
-        return (
-            "The NVML library (libnvidia-ml.so.1) was not found: the NVIDIA driver is not installed "
-            "on this machine."
-        )
+        return "The NVML library (libnvidia-ml.so.1) was not found: the NVIDIA driver is not installed on this machine."
     if isinstance(error, nvml.NVMLError_DriverNotLoaded):
         return "The NVIDIA kernel driver is not loaded (NVML: Driver Not Loaded)."
     if isinstance(error, nvml.NVMLError_NoPermission):
@@ -354,10 +351,7 @@ class NvmlSource:
                 self._call(self._nvml.nvmlShutdown)
 
 
-def _sum_links(
-    rates: dict[tuple[int, int], float | None], field_id: int, links: tuple[int, ...]
-) -> float | None:
+def _sum_links(rates: dict[tuple[int, int], float | None], field_id: int, links: tuple[int, ...]) -> float | None:
     """Sum of the per-link rates; ``None`` when no link has a rate yet."""
     known = [rate for link in links if (rate := rates.get((field_id, link))) is not None]
     return float(sum(known)) if known else None
-

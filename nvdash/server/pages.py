@@ -59,8 +59,7 @@ def render_index(inventory: Inventory, prefix: str, interval_s: float, history: 
             "name": gpu.name,
             "memory": format_bytes(gpu.memory_total_bytes),
             "pcie": (
-                f"Gen{gpu.pcie_generation} x{gpu.pcie_width}, "
-                f"{format_rate(gpu.pcie_max_bytes_per_s)} per direction"
+                f"Gen{gpu.pcie_generation} x{gpu.pcie_width}, {format_rate(gpu.pcie_max_bytes_per_s)} per direction"
                 if gpu.pcie_generation and gpu.pcie_width
                 else "n/a"
             ),

@@ -1,0 +1,147 @@
+"""No GPU, no NVLink, a GPU lost mid-run, and bad command lines: visible degraded states, never a 500."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import free_port, get_json, http_get, nvdash_env, nvdash_server
+from tests.server.bokeh_viewer import open_session
+
+GPU_ROUTES = [
+    "/GPU-Utilization",
+    "/GPU-Memory",
+    "/GPU-Resources",
+    "/PCIe-Throughput",
+    "/NVLink-Throughput",
+    "/NVLink-Timeline",
+]
+
+
+def _assert_machine_only(url: str, reason: str) -> None:
+    assert get_json(url + "/index.json") == {"/Machine-Resources": "Machine Resources"}
+    status, body, _ = http_get(url + "/")
+    assert status == 200
+    assert reason in body
+    assert "--simulate dgx-h100" in body
+    assert 'href="/Machine-Resources"' in body
+    for route in GPU_ROUTES:
+        status, body, headers = http_get(url + route)
+        assert status == 404, route
+        assert headers["Content-Type"].startswith("text/html")
+        assert "is not available here" in body
+        assert "No NVIDIA GPU" in body
+    assert http_get(url + "/Machine-Resources")[0] == 200
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has an NVIDIA driver")
+def test_without_a_driver_the_machine_dashboard_works_and_the_index_explains() -> None:
+    with nvdash_server([]) as server:
+        info = get_json(server.url + "/info.json")
+        assert info["gpus"] == []
+        assert "libnvidia-ml.so.1" in info["nvml_error"]
+        _assert_machine_only(server.url, "the NVIDIA driver is not installed")
+        assert "no GPU" in server.output()
+
+
+def test_driver_with_no_devices() -> None:
+    with nvdash_server(["--simulate", "none"]) as server:
+        _assert_machine_only(server.url, "found no NVIDIA GPU")
+
+
+def test_gpus_without_nvlink_offer_no_nvlink_routes() -> None:
+    with nvdash_server(["--simulate", "a100-pcie-2"]) as server:
+        index = get_json(server.url + "/index.json")
+        assert "/NVLink-Throughput" not in index
+        assert "/NVLink-Timeline" not in index
+        assert "/PCIe-Throughput" in index
+        status, body, _ = http_get(server.url + "/NVLink-Throughput")
+        assert status == 404
+        assert "NVLink" in body
+
+
+def test_a_lost_gpu_is_shown_lost_while_the_others_keep_updating() -> None:
+    env = {"NVDASH_FAKE_FAULTS": "lose:3@1"}
+    with nvdash_server(["--simulate", "dgx-h100", "--interval", "0.2"], env=env) as server:
+        time.sleep(2.0)
+        session = open_session(server.url, "/GPU-Utilization")
+        try:
+            from bokeh.models import ColumnDataSource
+
+            def bars() -> dict[str, list[object]]:
+                sources = [s for s in session.document.select({"type": ColumnDataSource}) if "lost" in s.data]
+                assert sources, "no source with a 'lost' column"
+                return {k: list(v) for k, v in sources[0].data.items()}
+
+            first = bars()
+            assert [bool(v) for v in first["lost"]] == [i == 3 for i in range(8)]
+            time.sleep(1.0)
+            session.force_roundtrip()
+            second = bars()
+            util_key = next(k for k in second if "util" in k and "str" not in k and "label" not in k)
+            changed = [
+                i
+                for i in range(8)
+                if not (isinstance(second[util_key][i], float) and math.isnan(second[util_key][i]))
+                and second[util_key][i] != first[util_key][i]
+            ]
+            assert 3 not in changed
+            assert len(changed) >= 3, (first[util_key], second[util_key])
+        finally:
+            session.close()
+        health = server.health()
+        assert health["sampler"]["errors"] == 0
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nvdash", *args],
+        env=nvdash_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_port_in_use_is_one_line_and_nonzero() -> None:
+    with nvdash_server(["--simulate", "t4"]) as server:
+        result = _run_cli("--port", str(server.port), "--simulate", "t4")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines == [f"nvdash: error: port {server.port} on 127.0.0.1 is already in use; choose another with --port"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--interval", "0"], "nvdash: error: --interval must be at least 0.1 seconds, not 0.0"),
+        (["--simulate", "gtx-9000"], "nvdash: error: unknown profile 'gtx-9000'; choose one of: "),
+    ],
+)
+def test_bad_arguments_are_one_line_and_nonzero(args: list[str], message: str) -> None:
+    result = _run_cli("--port", str(free_port()), *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(message)
+
+
+def test_unknown_profile_from_the_environment_is_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "nvdash", "--port", str(free_port())],
+        env=nvdash_env({"NVDASH_SIMULATE": "nope"}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "nvdash: error: unknown profile 'nope'; choose one of: " + result.stderr.split("choose one of: ")[1].strip()
+    ]

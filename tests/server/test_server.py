@@ -1,0 +1,150 @@
+"""A real ``python -m nvdash --simulate dgx-h100`` on a free port: pages, JSON, dashboards, security."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from html.parser import HTMLParser
+
+import pytest
+from tornado.httpclient import HTTPClientError, HTTPRequest
+from tornado.ioloop import IOLoop
+from tornado.websocket import websocket_connect
+
+from tests.conftest import NvdashServer, get_json, http_get, nvdash_server
+from tests.server.bokeh_viewer import fingerprint, open_session, source_data
+
+ROUTES = {
+    "/GPU-Utilization": "GPU Utilization",
+    "/GPU-Memory": "GPU Memory",
+    "/GPU-Resources": "GPU Resources",
+    "/PCIe-Throughput": "PCIe Throughput",
+    "/NVLink-Throughput": "NVLink Throughput",
+    "/NVLink-Timeline": "NVLink Timeline",
+    "/Machine-Resources": "Machine Resources",
+}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[NvdashServer]:
+    with nvdash_server(["--simulate", "dgx-h100", "--interval", "0.2"]) as running:
+        yield running
+
+
+class _Scripts(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sources: list[str] = []
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "script" and values.get("src"):
+            self.sources.append(str(values["src"]))
+        if tag == "link" and values.get("href"):
+            self.links.append(str(values["href"]))
+
+
+def test_index_json_lists_every_dashboard_in_order(server: NvdashServer) -> None:
+    index = get_json(server.url + "/index.json")
+    assert index == ROUTES
+    assert list(index) == list(ROUTES)
+
+
+def test_info_json_describes_the_simulated_gpus(server: NvdashServer) -> None:
+    info = get_json(server.url + "/info.json")
+    assert info["simulated"] == "dgx-h100"
+    assert [gpu["index"] for gpu in info["gpus"]] == list(range(8))
+    assert {gpu["name"] for gpu in info["gpus"]} == {"NVIDIA H100 80GB HBM3"}
+    gpu = info["gpus"][0]
+    assert gpu["memory_total_bytes"] == 81559 * 2**20
+    assert (gpu["pcie_generation"], gpu["pcie_width"]) == (5, 16)
+    assert gpu["pcie_max_bytes_per_s"] == pytest.approx(16 * 32e9 * 128 / 130 / 8)
+    assert gpu["nvlink_links"] == 18
+    assert gpu["nvlink_max_bytes_per_s"] == pytest.approx(18 * 25e9)
+
+
+def test_index_page_shows_host_gpus_and_links(server: NvdashServer) -> None:
+    status, body, headers = http_get(server.url + "/")
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/html")
+    info = get_json(server.url + "/info.json")
+    assert info["hostname"] in body
+    assert body.count("NVIDIA H100 80GB HBM3") == 8
+    assert "79.6 GiB" in body
+    assert "simulated" in body
+    for route, title in ROUTES.items():
+        assert f'href="{route}"' in body
+        assert title in body
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_route_page_loads_bokeh_from_this_server_only(server: NvdashServer, route: str) -> None:
+    status, body, _ = http_get(server.url + route)
+    assert status == 200
+    parser = _Scripts()
+    parser.feed(body)
+    assert parser.sources, "the page loads no script"
+    for src in parser.sources + parser.links:
+        assert not re.match(r"^(https?:)?//", src) or src.startswith(server.url), src
+        assert "cdn" not in src
+    for src in parser.sources:
+        url = src if src.startswith("http") else f"http://127.0.0.1:{server.port}{src}"
+        assert http_get(url)[0] == 200, url
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_every_dashboard_streams_data_that_advances(server: NvdashServer, route: str) -> None:
+    session = open_session(server.url, route)
+    try:
+        before = source_data(session)
+        assert before, "no data source in the document"
+        assert any(any(len(col) for col in source.values()) for source in before), "all sources are empty"
+        time.sleep(1.5)
+        session.force_roundtrip()
+        after = source_data(session)
+        assert fingerprint(after) != fingerprint(before), f"{route} did not update"
+    finally:
+        session.close()
+
+
+def test_timelines_are_backfilled_when_a_pane_opens(server: NvdashServer) -> None:
+    time.sleep(1.0)
+    rows = server.health()["store"]["rows"]
+    assert rows >= 5
+    session = open_session(server.url, "/Machine-Resources")
+    try:
+        lengths = [len(next(iter(source.values()))) for source in source_data(session) if source]
+        assert max(lengths) >= rows
+    finally:
+        session.close()
+
+
+def test_websocket_from_a_foreign_origin_is_refused(server: NvdashServer) -> None:
+    async def connect(origin: str) -> int:
+        request = HTTPRequest(f"ws://127.0.0.1:{server.port}/GPU-Utilization/ws", headers={"Origin": origin})
+        try:
+            connection = await websocket_connect(request)
+        except HTTPClientError as error:
+            return error.code
+        connection.close()
+        return 101
+
+    assert IOLoop.current().run_sync(lambda: connect("http://evil.example:8000")) == 403
+
+
+def test_unknown_route_is_a_plain_404(server: NvdashServer) -> None:
+    status, _, _ = http_get(server.url + "/No-Such-Dashboard")
+    assert status == 404
+
+
+def test_health_reports_the_sampler_keeping_up(server: NvdashServer) -> None:
+    first = server.health()
+    time.sleep(1.0)
+    second = server.health()
+    sweeps = second["sampler"]["sweeps"] - first["sampler"]["sweeps"]
+    assert 3 <= sweeps <= 7
+    assert second["sampler"]["errors"] == 0
+    assert second["store"]["capacity"] == 1200
+    assert second["fake_nvml_calls"] > first["fake_nvml_calls"]

@@ -1,0 +1,61 @@
+"""Importing nvdash does no work: no pynvml, no psutil, no threads; layers stay apart."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+CHECK = """
+import sys, threading
+import {module}
+loaded = sorted(m for m in ("pynvml", "psutil", "bokeh") if m in sys.modules)
+print(",".join(loaded), threading.active_count())
+"""
+
+
+def _loaded(module: str) -> tuple[set[str], int]:
+    result = subprocess.run(
+        [sys.executable, "-c", CHECK.format(module=module)], capture_output=True, text=True, check=True, timeout=60
+    )
+    names, _, threads = result.stdout.strip().rpartition(" ")
+    return {name for name in names.split(",") if name}, int(threads)
+
+
+@pytest.mark.parametrize(
+    ("module", "forbidden"),
+    [
+        ("nvdash", {"pynvml", "psutil", "bokeh"}),
+        ("nvdash.cli", {"pynvml", "psutil", "bokeh"}),
+        ("nvdash.store", {"pynvml", "psutil", "bokeh"}),
+        ("nvdash.sampling.records", {"pynvml", "psutil", "bokeh"}),
+        ("nvdash.sampling.sampler", {"pynvml", "psutil", "bokeh"}),
+        ("nvdash.sampling.nvml_source", {"pynvml", "psutil", "bokeh"}),
+        ("nvdash.sampling.host_source", {"pynvml", "psutil", "bokeh"}),
+        ("nvdash.sampling.fake", {"pynvml", "psutil", "bokeh"}),
+        ("nvdash.apps", {"pynvml", "psutil"}),
+        ("nvdash.server.app", {"pynvml", "psutil"}),
+    ],
+)
+def test_import_loads_no_hardware_library_and_starts_no_thread(module: str, forbidden: set[str]) -> None:
+    loaded, threads = _loaded(module)
+    assert not loaded & forbidden, f"importing {module} loaded {loaded & forbidden}"
+    assert threads == 1
+
+
+def test_only_one_module_imports_pynvml_and_one_imports_psutil() -> None:
+    from pathlib import Path
+
+    import nvdash
+
+    root = Path(nvdash.__file__).parent
+    importers: dict[str, list[str]] = {"pynvml": [], "psutil": []}
+    for path in root.rglob("*.py"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            stripped = line.strip()
+            for name, found in importers.items():
+                if stripped.startswith((f"import {name}", f"from {name} ")):
+                    found.append(str(path.relative_to(root)))
+    assert importers["pynvml"] == ["sampling/nvml_source.py"]
+    assert importers["psutil"] == ["sampling/host_source.py"]
