@@ -1,0 +1,47 @@
+"""Debian's chromium driven by Playwright (no browser download), with the flags a closed network needs."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, sync_playwright
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+def chromium_path() -> str:
+    """The system chromium; the test command installs it, so its absence is a failure, not a skip."""
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.fail("chromium is not installed: run the tests with `bash scripts/test.sh`, which installs it")
+    return path
+
+
+@contextmanager
+def chromium() -> Iterator[Browser]:
+    """A headless chromium for one test module."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def artifact(name: str) -> Path:
+    """Where a test saves a screenshot for people to look at."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS / name
