@@ -1,0 +1,150 @@
+"""Injected faults: their compact text form (for an environment variable) and the set in force."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Literal
+
+FaultKind = Literal["lose", "slow", "unsupported", "fail_init"]
+
+SPEC_SYNTAX = (
+    "expected ITEM[;ITEM...], each ITEM one of lose:DEVICE, slow:FUNCTION:SECONDS[:DEVICE], "
+    "unsupported:FUNCTION[:DEVICE] or fail_init:CODE, optionally followed by @SECONDS after start"
+)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault; ``device`` None means every device. ``at_s``: seconds after the library was created."""
+
+    kind: FaultKind
+    function: str | None = None
+    device: int | None = None
+    seconds: float = 0.0
+    code: int = 0
+    at_s: float = 0.0
+
+
+def check_function(function: str, functions: Collection[str]) -> str:
+    """``function`` if the fake implements it, else ValueError (catches typos in fault specs)."""
+    if function not in functions:
+        raise ValueError(f"unknown NVML function {function!r}")
+    return function
+
+
+def check_device(device: int, gpu_count: int) -> int:
+    """``device`` if it is a valid index, else ValueError."""
+    if not 0 <= device < gpu_count:
+        raise ValueError(f"device {device} out of range: the profile has {gpu_count} GPU(s)")
+    return device
+
+
+def _number(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{what} {text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{what} {text!r} must be a finite number >= 0")
+    return value
+
+
+def _integer(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{what} {text!r} is not an integer") from None
+
+
+def _parse_item(item: str, functions: Collection[str], gpu_count: int) -> Fault:
+    body, at_sign, at_text = item.partition("@")
+    at_s = _number(at_text.strip(), "time") if at_sign else 0.0
+    kind, *params = (part.strip() for part in body.split(":"))
+    if kind == "lose" and len(params) == 1:
+        return Fault("lose", device=check_device(_integer(params[0], "device"), gpu_count), at_s=at_s)
+    if kind == "slow" and len(params) in (2, 3):
+        device = check_device(_integer(params[2], "device"), gpu_count) if len(params) == 3 else None
+        return Fault(
+            "slow",
+            function=check_function(params[0], functions),
+            seconds=_number(params[1], "seconds"),
+            device=device,
+            at_s=at_s,
+        )
+    if kind == "unsupported" and len(params) in (1, 2):
+        device = check_device(_integer(params[1], "device"), gpu_count) if len(params) == 2 else None
+        return Fault("unsupported", function=check_function(params[0], functions), device=device, at_s=at_s)
+    if kind == "fail_init" and len(params) == 1:
+        code = _integer(params[0], "code")
+        if code <= 0:
+            raise ValueError(f"code {code} must be a positive NVML error code")
+        return Fault("fail_init", code=code, at_s=at_s)
+    raise ValueError("unknown fault or wrong number of fields")
+
+
+def parse_faults(spec: str, functions: Collection[str], gpu_count: int) -> list[Fault]:
+    """Parse e.g. ``"lose:3@5;slow:nvmlDeviceGetUtilizationRates:2@0;unsupported:nvmlDeviceGetPowerUsage"``.
+
+    Raises ValueError with a one-line message naming the bad item; nothing is applied then.
+    """
+    faults = []
+    for raw in spec.split(";"):
+        item = raw.strip()
+        if not item:
+            continue
+        try:
+            faults.append(_parse_item(item, functions, gpu_count))
+        except ValueError as error:
+            raise ValueError(f"bad NVML fault {item!r}: {error}; {SPEC_SYNTAX}") from None
+    return faults
+
+
+class FaultState:
+    """The faults in force and those scheduled for later. Not locked: its owner serialises access."""
+
+    def __init__(self) -> None:
+        self.init_code = 0
+        self._lost: set[int] = set()
+        self._unsupported: set[tuple[str, int | None]] = set()
+        self._slow: dict[tuple[str, int | None], float] = {}
+        self._pending: list[Fault] = []
+
+    def add(self, fault: Fault, elapsed_s: float) -> None:
+        """Put ``fault`` in force now if its time has come, else keep it until ``apply_due`` sees it has."""
+        if fault.at_s <= elapsed_s:
+            self._apply(fault)
+        else:
+            self._pending.append(fault)
+
+    def apply_due(self, elapsed_s: float) -> None:
+        """Put in force every scheduled fault whose time is at or before ``elapsed_s``."""
+        if not self._pending:
+            return
+        due = [fault for fault in self._pending if fault.at_s <= elapsed_s]
+        self._pending = [fault for fault in self._pending if fault.at_s > elapsed_s]
+        for fault in sorted(due, key=lambda fault: fault.at_s):
+            self._apply(fault)
+
+    def _apply(self, fault: Fault) -> None:
+        if fault.kind == "lose" and fault.device is not None:
+            self._lost.add(fault.device)
+        elif fault.kind == "unsupported" and fault.function is not None:
+            self._unsupported.add((fault.function, fault.device))
+        elif fault.kind == "slow" and fault.function is not None:
+            self._slow[(fault.function, fault.device)] = fault.seconds
+        elif fault.kind == "fail_init":
+            self.init_code = fault.code
+
+    def is_lost(self, device: int | None) -> bool:
+        """Whether ``device`` has fallen off the bus."""
+        return device in self._lost
+
+    def is_unsupported(self, function: str, device: int | None) -> bool:
+        """Whether ``function`` was made to answer NOT_SUPPORTED on ``device`` (or on every device)."""
+        return (function, None) in self._unsupported or (function, device) in self._unsupported
+
+    def slow_s(self, function: str, device: int | None) -> float | None:
+        """The injected duration of ``function`` on ``device``, the device's own setting first."""
+        return self._slow.get((function, device), self._slow.get((function, None)))

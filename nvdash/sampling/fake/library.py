@@ -1,0 +1,202 @@
+"""``FakeNvmlLibrary``: stands in for libnvidia-ml under the real pynvml (``pynvml.nvmlLib``).
+
+pynvml looks each C function up by name with ``getattr`` and calls it with ctypes arguments, so this
+object's attributes are callables following the C signatures. A name it lacks raises AttributeError,
+which pynvml turns into ``NVMLError_FunctionNotFound``, as with an old driver.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from . import constants as c
+from .cargs import as_int
+from .driver import Call, FakeDriver
+from .faults import Fault, FaultState, check_device, check_function, parse_faults
+from .profiles import PROFILES, Profile, profile_names
+from .workload import Workload
+
+_INIT_FUNCTIONS = frozenset({"nvmlInitWithFlags", "nvmlInit_v2"})
+_ERROR_LATENCY_S = 5e-6
+
+
+class EntryPoint:
+    """One C function of the library: an object (not a method) so pynvml can set ``restype`` on it."""
+
+    def __init__(self, name: str, dispatch: Callable[[str, tuple[object, ...]], int | bytes]) -> None:
+        self.__name__ = name
+        self._dispatch = dispatch
+
+    def __call__(self, *args: object) -> int | bytes:
+        return self._dispatch(self.__name__, args)
+
+    def __repr__(self) -> str:
+        return f"<fake NVML function {self.__name__}>"
+
+
+class FakeNvmlLibrary:
+    """Fake GPUs of one profile, driven by a seeded workload, with injectable faults and call counts.
+
+    ``clock`` gives seconds (default ``time.time``); the workload's time is the clock minus its reading at
+    construction. ``latency_scale`` multiplies every modelled call latency (0: no sleeping at all).
+    """
+
+    def __init__(
+        self,
+        profile: str | Profile,
+        seed: int = 0,
+        clock: Callable[[], float] = time.time,
+        latency_scale: float = 1.0,
+    ) -> None:
+        if isinstance(profile, str):
+            if profile not in PROFILES:
+                raise ValueError(f"unknown profile {profile!r}; known profiles: {', '.join(profile_names())}")
+            profile = PROFILES[profile]
+        if not latency_scale >= 0:
+            raise ValueError(f"latency_scale must be >= 0, got {latency_scale}")
+        self._clock = clock
+        self._latency_scale = latency_scale
+        self._created_at = clock()
+        self._driver = FakeDriver(profile, seed, self._created_at)
+        self._specs = self._driver.specs()
+        self._entry_points = {name: EntryPoint(name, self._dispatch) for name in self._specs}
+        self._lock = threading.Lock()
+        self._init_count = 0
+        self._faults = FaultState()
+        self._counts: dict[str, int] = {}
+        self.seed = seed
+
+    def __getattr__(self, name: str) -> EntryPoint:
+        entry_points: dict[str, EntryPoint] | None = self.__dict__.get("_entry_points")
+        if entry_points is None or name not in entry_points:
+            raise AttributeError(f"fake NVML has no function {name!r}")
+        return entry_points[name]
+
+    def __dir__(self) -> list[str]:
+        return [*super().__dir__(), *self._entry_points]
+
+    @property
+    def profile(self) -> Profile:
+        """The simulated machine."""
+        return self._driver.profile
+
+    @property
+    def workload(self) -> Workload:
+        """The workload behind every reading; its time is seconds since ``created_at``."""
+        return self._driver.workload
+
+    @property
+    def created_at(self) -> float:
+        """The clock's reading when the library was created: time 0 of the workload and of faults."""
+        return self._created_at
+
+    def function_names(self) -> list[str]:
+        """The C entry points this fake implements."""
+        return sorted(self._specs)
+
+    # Faults
+
+    def fail_init(self, code: int) -> None:
+        """Make ``nvmlInitWithFlags``/``nvmlInit_v2`` return ``code`` (0 lets them succeed again)."""
+        with self._lock:
+            self._faults.init_code = code
+
+    def not_supported(self, function: str, device: int | None = None) -> None:
+        """Make ``function`` answer NVML_ERROR_NOT_SUPPORTED on ``device`` (None: on every device)."""
+        self._add(Fault("unsupported", function=check_function(function, self._specs), device=self._device(device)))
+
+    def lose_gpu(self, device: int) -> None:
+        """From now on every call on ``device`` answers NVML_ERROR_GPU_IS_LOST."""
+        self._add(Fault("lose", device=self._device(device)))
+
+    def slow(self, function: str, seconds: float, device: int | None = None) -> None:
+        """Make ``function`` take ``seconds`` (not scaled by ``latency_scale``) on ``device`` or on all."""
+        if not seconds >= 0:
+            raise ValueError(f"seconds must be >= 0, got {seconds}")
+        function = check_function(function, self._specs)
+        self._add(Fault("slow", function=function, seconds=seconds, device=self._device(device)))
+
+    def apply_faults(self, spec: str) -> None:
+        """Apply a compact fault spec (see ``faults.parse_faults``); items with ``@T`` wait until T s after start."""
+        faults = parse_faults(spec, self._specs, self.profile.gpu_count)
+        for fault in faults:
+            self._add(fault)
+
+    def _device(self, device: int | None) -> int | None:
+        return None if device is None else check_device(device, self.profile.gpu_count)
+
+    def _add(self, fault: Fault) -> None:
+        elapsed = self._clock() - self._created_at
+        with self._lock:
+            self._faults.add(fault, elapsed)
+
+    # Accounting
+
+    def call_counts(self) -> dict[str, int]:
+        """Calls per entry point so far, failing ones included (a copy)."""
+        with self._lock:
+            return dict(self._counts)
+
+    def total_calls(self) -> int:
+        """All entry-point calls so far."""
+        with self._lock:
+            return sum(self._counts.values())
+
+    def reset_counts(self) -> None:
+        """Start counting from zero."""
+        with self._lock:
+            self._counts.clear()
+
+    # Dispatch
+
+    def _dispatch(self, name: str, args: tuple[object, ...]) -> int | bytes:
+        spec = self._specs[name]
+        now = self._clock()
+        with self._lock:
+            self._counts[name] = self._counts.get(name, 0) + 1
+            self._faults.apply_due(now - self._created_at)
+            device, code = self._admit(name, spec.device, args)
+            slow = self._faults.slow_s(name, None if device < 0 else device)
+        if slow is not None:
+            latency = slow
+        else:
+            latency = (spec.latency_s(args) if code == c.NVML_SUCCESS else _ERROR_LATENCY_S) * self._latency_scale
+        if latency > 0:
+            time.sleep(latency)
+        if name == "nvmlErrorString":
+            return c.ERROR_STRINGS.get(as_int(args[0]), "Unknown Error").encode()
+        if code != c.NVML_SUCCESS:
+            return code
+        code = spec.run(Call(device, self._clock()), *args)
+        if name in _INIT_FUNCTIONS and code == c.NVML_SUCCESS:
+            with self._lock:
+                self._init_count += 1
+        return code
+
+    def _admit(self, name: str, device_kind: str | None, args: tuple[object, ...]) -> tuple[int, int]:
+        """(device index or -1, the return code the call ends with unless it is NVML_SUCCESS). Locked."""
+        if name in _INIT_FUNCTIONS:
+            return -1, self._faults.init_code or c.NVML_SUCCESS
+        if name == "nvmlErrorString":
+            return -1, c.NVML_SUCCESS
+        if self._init_count == 0:
+            return -1, c.NVML_ERROR_UNINITIALIZED
+        if name == "nvmlShutdown":
+            self._init_count -= 1
+            return -1, c.NVML_SUCCESS
+        device: int | None = -1
+        if device_kind == "index":
+            index = as_int(args[0])
+            device = index if 0 <= index < self.profile.gpu_count else None
+        elif device_kind == "handle":
+            device = self._driver.device_of(args[0])
+        if device is None:
+            return -1, c.NVML_ERROR_INVALID_ARGUMENT
+        if device >= 0 and self._faults.is_lost(device):
+            return device, c.NVML_ERROR_GPU_IS_LOST
+        scoped = None if device < 0 else device
+        if name in self.profile.unsupported or self._faults.is_unsupported(name, scoped):
+            return device, c.NVML_ERROR_NOT_SUPPORTED
+        return device, c.NVML_SUCCESS

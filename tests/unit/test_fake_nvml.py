@@ -1,0 +1,561 @@
+"""The fake libnvidia-ml, exercised through the real pynvml wrapper."""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pynvml
+import pytest
+
+from nvdash.sampling.fake import PROFILES, FakeNvmlLibrary, Profile, profile_names
+from nvdash.sampling.fake.workload import SLOT_S, Series, Workload
+from nvdash.sampling.nvml_source import install_library
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+START = 1_700_000_000.0
+UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+FI_PCIE_TX, FI_PCIE_RX = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+FI_NVLINK_TX, FI_NVLINK_RX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+FI_LINK_COUNT = pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT
+PCIE_COUNTERS: list[tuple[int, Series]] = [
+    (pynvml.NVML_PCIE_UTIL_TX_BYTES, "pcie_tx"),
+    (pynvml.NVML_PCIE_UTIL_RX_BYTES, "pcie_rx"),
+]
+
+
+class FakeClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def at(self, seconds_after_start: float) -> None:
+        self.now = START + seconds_after_start
+
+
+Install = Callable[..., FakeNvmlLibrary]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def install(clock: FakeClock) -> Iterator[Install]:
+    """Install a fake under the real pynvml (one at a time); always restores pynvml's own library."""
+    restores: list[Callable[[], None]] = []
+
+    def make(profile: str | Profile = "dgx-h100", *, init: bool = True, **kwargs: Any) -> FakeNvmlLibrary:
+        kwargs.setdefault("clock", clock)
+        kwargs.setdefault("latency_scale", 0.0)
+        fake = FakeNvmlLibrary(profile, **kwargs)
+        restores.append(install_library(pynvml, fake))
+        if init:
+            pynvml.nvmlInit()
+        return fake
+
+    yield make
+    for restore in reversed(restores):
+        restore()
+
+
+def handles() -> list[Any]:
+    return [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+
+
+def field_values(handle: Any, ids: list[Any]) -> list[Any]:
+    return list(pynvml.nvmlDeviceGetFieldValues(handle, ids))
+
+
+def integrate(workload: Workload, gpu: int, series: Any, t1: float, t2: float) -> float:
+    """Bytes moved over [t1, t2], summed slot by slot from the instantaneous rate (independent of the
+    workload's prefix sums and closed-form cycle sums)."""
+    total = 0.0
+    slot = math.floor(t1 / SLOT_S)
+    while slot * SLOT_S < t2:
+        start, end = max(slot * SLOT_S, t1), min((slot + 1) * SLOT_S, t2)
+        total += workload.rate_bytes_per_s(gpu, series, (slot + 0.5) * SLOT_S) * (end - start)
+        slot += 1
+    return total
+
+
+# Profiles through pynvml
+
+
+EXPECTED = {
+    "dgx-h100": ("NVIDIA H100 80GB HBM3", 8, 81559, 5, 18),
+    "a100-pcie-2": ("NVIDIA A100-PCIE-40GB", 2, 40960, 4, 0),
+    "t4": ("Tesla T4", 1, 15360, 3, 0),
+}
+
+
+def test_profile_names_and_unknown_profile() -> None:
+    assert profile_names() == ["a100-pcie-2", "dgx-h100", "none", "t4"]
+    assert set(PROFILES) == set(profile_names())
+    with pytest.raises(ValueError, match=r"unknown profile 'h200'.*a100-pcie-2, dgx-h100, none, t4"):
+        FakeNvmlLibrary("h200")
+
+
+@pytest.mark.parametrize("profile", sorted(EXPECTED))
+def test_profile_identity_memory_and_links(install: Install, profile: str) -> None:
+    name, count, memory_mib, pcie_gen, links = EXPECTED[profile]
+    install(profile)
+    assert pynvml.nvmlSystemGetDriverVersion() == "550.54.15"
+    assert pynvml.nvmlDeviceGetCount() == count
+    uuids = set()
+    for handle in handles():
+        assert pynvml.nvmlDeviceGetName(handle) == name
+        uuid = pynvml.nvmlDeviceGetUUID(handle)
+        assert UUID_RE.match(uuid)
+        uuids.add(uuid)
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        assert isinstance(memory, pynvml.c_nvmlMemory_t)
+        assert memory.total == memory_mib * MIB
+        assert memory.used + memory.free == memory.total
+        assert isinstance(pynvml.nvmlDeviceGetUtilizationRates(handle), pynvml.c_nvmlUtilization_t)
+        assert pynvml.nvmlDeviceGetMaxPcieLinkGeneration(handle) == pcie_gen
+        assert pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle) == 16
+        assert pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle) == 16
+        assert pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle) in (1, pcie_gen)
+        if links:
+            assert [pynvml.nvmlDeviceGetNvLinkState(handle, link) for link in range(links)] == [1] * links
+            assert pynvml.nvmlDeviceGetNvLinkVersion(handle, 0) == 4
+            with pytest.raises(pynvml.NVMLError_InvalidArgument):
+                pynvml.nvmlDeviceGetNvLinkState(handle, links)
+            (count_field,) = field_values(handle, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
+            assert (count_field.nvmlReturn, count_field.value.uiVal) == (pynvml.NVML_SUCCESS, links)
+        else:
+            with pytest.raises(pynvml.NVMLError_NotSupported):
+                pynvml.nvmlDeviceGetNvLinkState(handle, 0)
+            with pytest.raises(pynvml.NVMLError_NotSupported):
+                pynvml.nvmlDeviceGetNvLinkVersion(handle, 0)
+    assert len(uuids) == count
+
+
+def test_none_profile_has_a_driver_but_no_gpu(install: Install) -> None:
+    install("none")
+    assert pynvml.nvmlDeviceGetCount() == 0
+    assert pynvml.nvmlSystemGetDriverVersion() == "550.54.15"
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        pynvml.nvmlDeviceGetHandleByIndex(0)
+
+
+def test_memory_info_v2_separates_the_driver_reservation(install: Install, clock: FakeClock) -> None:
+    install("a100-pcie-2")
+    clock.at(90.0)
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    v1 = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    v2 = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+    assert isinstance(v2, pynvml.c_nvmlMemory_v2_t)
+    assert v2.total == v1.total
+    assert v2.reserved == PROFILES["a100-pcie-2"].memory_reserved_bytes
+    assert v2.used + v2.reserved == v1.used
+    assert v2.free == v1.free
+    with pytest.raises(pynvml.NVMLError_ArgumentVersionMismatch):
+        pynvml.nvmlDeviceGetMemoryInfo(handle, version=0x01000028)
+
+
+def test_temperature_sensor_and_power_units(install: Install, clock: FakeClock) -> None:
+    fake = install("dgx-h100")
+    clock.at(120.0)
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU) == fake.workload.temperature_c(0, 120.0)
+    assert pynvml.nvmlDeviceGetPowerUsage(handle) == fake.workload.power_mw(0, 120.0)
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        pynvml.nvmlDeviceGetTemperature(handle, 1)
+
+
+# Counters, rates and timestamps
+
+
+def test_field_counters_integrate_the_workload_rates(install: Install, clock: FakeClock) -> None:
+    fake = install("dgx-h100")
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    ids = [FI_PCIE_TX, FI_PCIE_RX] + [(FI_NVLINK_TX, link) for link in range(18)]
+    ids += [(FI_NVLINK_RX, link) for link in range(18)]
+    t1, t2 = 3.217, 88.9  # spans at least two stall cycles (each 20-40 s)
+    clock.at(t1)
+    first = field_values(handle, ids)
+    clock.at(t2)
+    second = field_values(handle, ids)
+    for values, t in ((first, t1), (second, t2)):
+        assert {v.nvmlReturn for v in values} == {pynvml.NVML_SUCCESS}
+        assert {v.valueType for v in values} == {pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG}
+        assert {v.timestamp for v in values} == {math.floor((START + t) * 1e6)}
+    dt = (second[0].timestamp - first[0].timestamp) / 1e6
+    assert dt == pytest.approx(t2 - t1, abs=1e-6)
+
+    fake_t1, fake_t2 = (values[0].timestamp / 1e6 - fake.created_at for values in (first, second))
+    for index, (_, series) in enumerate(PCIE_COUNTERS):
+        moved = second[index].value.ullVal - first[index].value.ullVal
+        assert moved / dt == pytest.approx(integrate(fake.workload, 0, series, t1, t2) / (t2 - t1), rel=1e-6)
+        workload = fake.workload
+        exact = workload.transferred_bytes(0, series, fake_t2) - workload.transferred_bytes(0, series, fake_t1)
+        assert moved == pytest.approx(exact, abs=2)
+    nvlink: list[tuple[int, Series]] = [(2, "nvlink_tx"), (20, "nvlink_rx")]
+    for offset, series in nvlink:
+        per_link = [(second[i].value.ullVal - first[i].value.ullVal) * 1024 for i in range(offset, offset + 18)]
+        expected = integrate(fake.workload, 0, series, t1, t2)
+        assert sum(per_link) == pytest.approx(expected, rel=1e-6)
+        assert per_link[5] == pytest.approx(fake.workload.link_weight(0, 5) * expected, rel=1e-6)
+
+
+def test_counter_does_not_depend_on_how_often_it_is_read(install: Install, clock: FakeClock) -> None:
+    install("dgx-h100")
+    handle = pynvml.nvmlDeviceGetHandleByIndex(2)
+    ids = [FI_PCIE_RX, (FI_NVLINK_TX, 7)]
+    clock.at(61.0)
+    direct = [v.value.ullVal for v in field_values(handle, ids)]
+    for step in range(200):
+        clock.at(step * 0.3037)
+        field_values(handle, ids)
+    clock.at(61.0)
+    assert [v.value.ullVal for v in field_values(handle, ids)] == direct
+
+
+def test_pcie_throughput_is_the_mean_over_the_last_20_ms(install: Install, clock: FakeClock) -> None:
+    fake = install("a100-pcie-2")
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    seen = []
+    for step in range(300):
+        clock.at(1.0 + step * 0.0731)
+        t = clock.now - fake.created_at
+        for counter, series in PCIE_COUNTERS:
+            kb_per_s = pynvml.nvmlDeviceGetPcieThroughput(handle, counter)
+            mean = fake.workload.mean_rate_bytes_per_s(0, series, t - 0.02, t)
+            assert kb_per_s == pytest.approx(mean / 1000, abs=1)
+            seen.append(kb_per_s * 1000)
+    assert max(seen) <= PROFILES["a100-pcie-2"].pcie_max_bytes_per_s
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        pynvml.nvmlDeviceGetPcieThroughput(handle, 2)
+
+
+def test_field_values_timestamp_comes_from_the_fake_clock(install: Install, clock: FakeClock) -> None:
+    install("dgx-h100")
+    clock.now = 1_234_567.891234
+    (value,) = field_values(pynvml.nvmlDeviceGetHandleByIndex(0), [FI_PCIE_RX])
+    assert value.timestamp == 1_234_567_891_234
+    assert value.latencyUsec >= 0
+
+
+def test_unreadable_fields_fail_alone(install: Install) -> None:
+    install("a100-pcie-2")
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    ids = [FI_PCIE_TX, FI_PCIE_RX, (FI_NVLINK_TX, 0), FI_LINK_COUNT, pynvml.NVML_FI_DEV_ECC_CURRENT]
+    assert [v.nvmlReturn for v in field_values(handle, ids)] == [pynvml.NVML_ERROR_NOT_SUPPORTED] * 5
+    install("dgx-h100")
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    ids = [(FI_NVLINK_RX, 17), (FI_NVLINK_RX, 18), pynvml.NVML_FI_DEV_ECC_CURRENT, FI_PCIE_RX]
+    codes = [v.nvmlReturn for v in field_values(handle, ids)]
+    assert codes == [0, pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NOT_SUPPORTED, 0]
+
+
+# The workload
+
+
+def test_same_seed_same_readings_different_seed_different(install: Install, clock: FakeClock) -> None:
+    def readings(seed: int) -> list[Any]:
+        workload = FakeNvmlLibrary("dgx-h100", seed=seed, clock=clock, latency_scale=0).workload
+        out: list[Any] = []
+        for t in (0.5, 17.3, 44.4, 130.0):
+            out += [workload.utilization(1, t), workload.memory_used_bytes(1, t), workload.power_mw(1, t)]
+            out += [workload.pcie_counter_bytes(1, "pcie_rx", t), workload.nvlink_counter_kib(1, "nvlink_tx", 3, t)]
+        return out
+
+    assert readings(7) == readings(7)
+    assert readings(7) != readings(8)
+    uuids = []
+    for seed in (1, 1, 2):
+        install("t4", seed=seed)
+        uuids.append(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0)))
+    assert uuids[0] == uuids[1] != uuids[2]
+
+
+def test_training_job_looks_like_training() -> None:
+    profile = PROFILES["dgx-h100"]
+    workload = Workload(profile, seed=3)
+    times = [i * 0.1 for i in range(1500)]
+    util = [workload.utilization(0, t)[0] for t in times]
+    assert sorted(util)[len(util) // 2] >= 90
+    assert min(util[:450]) <= 20, "a data-loader stall within the first 45 s"
+    assert all(0 <= u <= 100 for u in util)
+    assert workload.memory_used_bytes(0, 0.0) == pytest.approx(GIB, rel=0.05)
+    plateau = workload.memory_used_bytes(0, 140.0) / profile.memory_total_bytes
+    assert 0.55 <= plateau <= 0.92
+    assert all(workload.memory_used_bytes(0, t) <= profile.memory_total_bytes for t in times)
+    rx = [workload.rate_bytes_per_s(0, "pcie_rx", t) for t in (i * SLOT_S + 0.005 for i in range(6000))]
+    assert max(rx) >= 0.15 * profile.pcie_max_bytes_per_s
+    assert max(rx) <= profile.pcie_max_bytes_per_s
+    assert sorted(rx)[len(rx) // 2] <= 0.01 * profile.pcie_max_bytes_per_s
+    nvlink = [workload.rate_bytes_per_s(0, "nvlink_tx", t) for t in (i * SLOT_S + 0.005 for i in range(6000))]
+    assert 200e9 <= max(nvlink) <= profile.nvlink_max_bytes_per_s
+    assert max(workload.link_weight(0, link) for link in range(18)) * max(nvlink) <= 25e9
+    temperatures = [workload.temperature_c(0, t) for t in times]
+    assert min(temperatures) >= 30
+    assert max(temperatures) <= 85
+    assert max(temperatures) - min(temperatures) >= 15
+    watts = [workload.power_mw(0, t) / 1000 for t in times]
+    assert min(watts) >= 60
+    assert 500 <= max(watts) <= 700
+
+
+def test_idle_gpus_stay_idle(install: Install, clock: FakeClock) -> None:
+    fake = install("dgx-h100")
+    clock.at(75.0)
+    all_handles = handles()
+    for index in (6, 7):
+        handle = all_handles[index]
+        assert pynvml.nvmlDeviceGetUtilizationRates(handle).gpu == 0
+        assert pynvml.nvmlDeviceGetMemoryInfo(handle).used < 0.6 * GIB
+        assert pynvml.nvmlDeviceGetPowerUsage(handle) < 100_000
+        assert pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle) == 1
+        assert fake.workload.mean_rate_bytes_per_s(index, "nvlink_tx", 0.0, 75.0) == 0.0
+    assert pynvml.nvmlDeviceGetMemoryInfo(all_handles[0]).used > 20 * GIB
+    fake = install("a100-pcie-2")
+    assert pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(1)).gpu == 0
+    assert fake.workload.mean_rate_bytes_per_s(1, "pcie_rx", 0.0, 75.0) < 10e3
+
+
+# Lifecycle and errors
+
+
+def test_calls_before_init_and_after_last_shutdown_are_uninitialized(install: Install) -> None:
+    fake = install("t4", init=False)
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        pynvml.nvmlDeviceGetCount()
+    pynvml.nvmlInit()
+    pynvml.nvmlInit()
+    pynvml.nvmlShutdown()
+    assert pynvml.nvmlDeviceGetCount() == 1
+    pynvml.nvmlShutdown()
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        pynvml.nvmlDeviceGetCount()
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        pynvml.nvmlShutdown()
+    assert fake.nvmlInit_v2() == pynvml.NVML_SUCCESS
+    assert pynvml.nvmlDeviceGetCount() == 1
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, pynvml.NVMLError_DriverNotLoaded),
+        (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVMLError_LibraryNotFound),
+    ],
+)
+def test_init_failures(install: Install, code: int, error: type[Exception]) -> None:
+    fake = install("dgx-h100", init=False)
+    fake.fail_init(code)
+    with pytest.raises(error):
+        pynvml.nvmlInit()
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        pynvml.nvmlDeviceGetCount()
+    fake.fail_init(0)
+    pynvml.nvmlInit()
+    assert pynvml.nvmlDeviceGetCount() == 8
+
+
+def test_missing_function_is_function_not_found(install: Install) -> None:
+    fake = install("dgx-h100")
+    assert not hasattr(fake, "nvmlDeviceGetEccMode")
+    with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+        pynvml.nvmlDeviceGetEccMode(pynvml.nvmlDeviceGetHandleByIndex(0))
+    assert "nvmlDeviceGetEccMode" not in fake.call_counts()
+
+
+def test_error_strings_and_foreign_handles(install: Install) -> None:
+    other = FakeNvmlLibrary("dgx-h100", latency_scale=0)
+    restore = install_library(pynvml, other)
+    pynvml.nvmlInit()
+    foreign = pynvml.nvmlDeviceGetHandleByIndex(0)
+    restore()
+    install("dgx-h100")
+    assert pynvml.nvmlErrorString(pynvml.NVML_ERROR_GPU_IS_LOST) == "GPU is lost"
+    assert pynvml.nvmlErrorString(12345) == "Unknown Error"
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        pynvml.nvmlDeviceGetName(foreign)
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        pynvml.nvmlDeviceGetHandleByIndex(8)
+
+
+def test_not_supported_per_device_and_per_profile(install: Install) -> None:
+    fake = install("dgx-h100")
+    gpu0, gpu1, gpu2 = handles()[:3]
+    fake.not_supported("nvmlDeviceGetPowerUsage", device=1)
+    assert pynvml.nvmlDeviceGetPowerUsage(gpu0) > 0
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetPowerUsage(gpu1)
+    fake.not_supported("nvmlDeviceGetTemperature")
+    for handle in (gpu0, gpu2):
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetTemperature(handle, 0)
+    install("t4")
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetPowerUsage(handle)
+    assert pynvml.nvmlDeviceGetPcieThroughput(handle, pynvml.NVML_PCIE_UTIL_RX_BYTES) >= 0
+
+
+def test_gpu_lost_mid_run(install: Install, clock: FakeClock) -> None:
+    fake = install("dgx-h100")
+    all_handles = handles()
+    assert pynvml.nvmlDeviceGetUtilizationRates(all_handles[3]).gpu > 0
+    clock.at(10.0)
+    fake.lose_gpu(3)
+    calls: list[Callable[[Any], object]] = [
+        pynvml.nvmlDeviceGetUtilizationRates,
+        pynvml.nvmlDeviceGetMemoryInfo,
+        pynvml.nvmlDeviceGetName,
+        functools.partial(pynvml.nvmlDeviceGetFieldValues, fieldIds=[FI_PCIE_RX]),
+    ]
+    for call in calls:
+        with pytest.raises(pynvml.NVMLError_GpuIsLost):
+            call(all_handles[3])
+        call(all_handles[2])
+        call(all_handles[4])
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        pynvml.nvmlDeviceGetHandleByIndex(3)
+    assert pynvml.nvmlDeviceGetCount() == 8
+
+
+def test_scheduled_faults_wait_for_their_time(install: Install, clock: FakeClock) -> None:
+    fake = install("dgx-h100")
+    fake.apply_faults(" lose:3@5 ; unsupported:nvmlDeviceGetPowerUsage:0@2.5;; ")
+    gpu0, gpu3 = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.nvmlDeviceGetHandleByIndex(3)
+    clock.at(4.9)
+    assert pynvml.nvmlDeviceGetUtilizationRates(gpu3).gpu > 0
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetPowerUsage(gpu0)
+    clock.at(5.0)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        pynvml.nvmlDeviceGetUtilizationRates(gpu3)
+
+
+def test_slow_function_on_one_device(install: Install) -> None:
+    fake = install("dgx-h100")
+    gpu0, gpu1 = handles()[:2]
+    fake.slow("nvmlDeviceGetUtilizationRates", 0.05, device=0)
+    started = time.perf_counter()
+    pynvml.nvmlDeviceGetUtilizationRates(gpu0)
+    assert time.perf_counter() - started >= 0.045
+    fake.apply_faults("slow:nvmlDeviceGetUtilizationRates:0")
+    started = time.perf_counter()
+    pynvml.nvmlDeviceGetUtilizationRates(gpu1)
+    pynvml.nvmlDeviceGetUtilizationRates(gpu0)
+    assert time.perf_counter() - started >= 0.045, "the device's own setting wins over the all-devices one"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "lose",
+        "lose:x",
+        "lose:8",
+        "lose:1:2",
+        "lose:1@-3",
+        "lose:1@soon",
+        "slow:nvmlDeviceGetNothing:1",
+        "slow:nvmlDeviceGetPowerUsage:abc",
+        "slow:nvmlDeviceGetPowerUsage",
+        "unsupported:nvmlDeviceGetPowerUsage:1:2",
+        "fail_init:0",
+        "melt:1",
+        "unsupported:nvmlDeviceGetPowerUsage;lose:99",
+    ],
+)
+def test_bad_fault_specs_are_rejected_whole(install: Install, spec: str) -> None:
+    fake = install("dgx-h100")
+    with pytest.raises(ValueError, match="bad NVML fault") as caught:
+        fake.apply_faults(spec)
+    assert "\n" not in str(caught.value)
+    assert pynvml.nvmlDeviceGetPowerUsage(pynvml.nvmlDeviceGetHandleByIndex(1)) > 0
+
+
+def test_fault_methods_validate_their_arguments(install: Install) -> None:
+    fake = install("a100-pcie-2")
+    with pytest.raises(ValueError, match="unknown NVML function"):
+        fake.not_supported("nvmlDeviceGetPowerUsageX")
+    with pytest.raises(ValueError, match="out of range"):
+        fake.lose_gpu(2)
+    fake.apply_faults("fail_init:9")
+    with pytest.raises(pynvml.NVMLError_DriverNotLoaded):
+        pynvml.nvmlInit()
+
+
+# Latency, threads, accounting
+
+
+def test_latency_is_modelled() -> None:
+    fake = FakeNvmlLibrary("a100-pcie-2", latency_scale=1.0)
+    restore = install_library(pynvml, fake)
+    try:
+        started = time.perf_counter()
+        pynvml.nvmlInit()
+        assert time.perf_counter() - started >= 0.04
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        started = time.perf_counter()
+        pynvml.nvmlDeviceGetPcieThroughput(handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+        assert time.perf_counter() - started >= 0.015
+    finally:
+        restore()
+
+
+def test_concurrent_calls_on_different_devices(install: Install) -> None:
+    fake = install("dgx-h100")
+    all_handles = handles()
+    fake.reset_counts()
+    errors: list[BaseException] = []
+
+    def hammer(handle: Any) -> None:
+        try:
+            for _ in range(200):
+                pynvml.nvmlDeviceGetUtilizationRates(handle)
+                pynvml.nvmlDeviceGetFieldValues(handle, [FI_PCIE_TX, (FI_NVLINK_RX, 1)])
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=hammer, args=(handle,)) for handle in all_handles[:4]]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert fake.call_counts() == {"nvmlDeviceGetUtilizationRates": 800, "nvmlDeviceGetFieldValues": 800}
+
+
+def test_every_call_is_counted_failing_ones_too(install: Install) -> None:
+    fake = install("t4", init=False)
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        pynvml.nvmlDeviceGetCount()
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetPowerUsage(handle)
+    counts = fake.call_counts()
+    assert counts == {
+        "nvmlDeviceGetCount_v2": 1,
+        "nvmlInitWithFlags": 1,
+        "nvmlDeviceGetHandleByIndex_v2": 1,
+        "nvmlDeviceGetPowerUsage": 1,
+    }
+    counts["nvmlInitWithFlags"] = 99
+    assert fake.call_counts()["nvmlInitWithFlags"] == 1
+    assert fake.total_calls() == 4
+
+
+def test_importing_the_fake_does_not_import_pynvml() -> None:
+    code = "import sys, nvdash.sampling.fake; assert 'pynvml' not in sys.modules, 'pynvml imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
