@@ -1,0 +1,318 @@
+"""Figure code shared by every app: unit formatters (Python and JavaScript), colours, figure defaults."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from enum import Enum
+from typing import Any
+
+from bokeh.document import Document
+from bokeh.layouts import column
+from bokeh.models import (
+    AdaptiveTicker,
+    ColumnDataSource,
+    CustomJSHover,
+    CustomJSTickFormatter,
+    DataRange1d,
+    FactorRange,
+    HoverTool,
+    Range,
+    Range1d,
+    Ticker,
+)
+from bokeh.models.annotations import LabelSet, Legend, LegendItem
+from bokeh.models.renderers import DataRenderer, GlyphRenderer
+from bokeh.models.ui import UIElement
+from bokeh.palettes import Category10_10, Viridis256
+from bokeh.plotting import figure
+
+from nvdash.sampling.records import GpuInfo
+
+IEC_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+RATE_UNITS = ("B/s", "kB/s", "MB/s", "GB/s", "TB/s")
+
+GPU_COLORS: tuple[str, ...] = tuple(Category10_10)
+LEVEL_PALETTE: tuple[str, ...] = tuple(Viridis256)
+"""Maps a 0-100 % level (utilization, memory use) to a colour."""
+DARK_BACKGROUND = "#15191c"
+"""The dark theme's border colour, behind the whole page so no white frame remains."""
+LOST_COLOR = "#9e9e9e"
+BACKGROUND_ALPHA = 0.25
+TX_COLOR = "#1f77b4"
+RX_COLOR = "#ff7f0e"
+
+TIMELINE_TOOLS = "xpan,xwheel_zoom,box_zoom,reset,save"
+BAR_TOOLS = "save"
+
+
+def gpu_color(index: int) -> str:
+    """The colour of GPU ``index``, the same in every plot."""
+    return GPU_COLORS[index % len(GPU_COLORS)]
+
+
+def gpu_label(info: GpuInfo) -> str:
+    """The short name of a GPU on axes and legends."""
+    return f"GPU {info.index}"
+
+
+def gpu_description(info: GpuInfo) -> str:
+    """The long name of a GPU in tooltips, e.g. ``0: NVIDIA H100 80GB HBM3``."""
+    return f"{info.index}: {info.name}"
+
+
+def text_color(dark: bool) -> str:
+    """A label colour readable on the light or the dark theme."""
+    return "#e0e0e0" if dark else "#333333"
+
+
+def _scaled(value: float, base: float, units: Sequence[str]) -> tuple[float, str]:
+    magnitude, unit = abs(value), 0
+    while magnitude >= base and unit < len(units) - 1:
+        magnitude /= base
+        unit += 1
+    return math.copysign(magnitude, value), units[unit]
+
+
+def _known(value: float | None) -> bool:
+    return value is not None and not math.isnan(value)
+
+
+def format_bytes(value: float | None) -> str:
+    """Bytes with IEC prefixes: ``35.2 GiB``; ``n/a`` when unknown."""
+    if value is None or not _known(value):
+        return "n/a"
+    scaled, unit = _scaled(float(value), 1024, IEC_UNITS)
+    return f"{scaled:.0f} {unit}" if unit == IEC_UNITS[0] else f"{scaled:.1f} {unit}"
+
+
+def format_bytes_of(used: float | None, total: float | None) -> str:
+    """Used of total in the total's unit: ``35.2 / 79.6 GiB``."""
+    if used is None or total is None or not (_known(used) and _known(total)):
+        return f"{format_bytes(used)} / {format_bytes(total)}"
+    scaled_total, unit = _scaled(float(total), 1024, IEC_UNITS)
+    scale = total / scaled_total if scaled_total else 1.0
+    digits = 0 if unit == IEC_UNITS[0] else 1
+    return f"{used / scale:.{digits}f} / {scaled_total:.{digits}f} {unit}"
+
+
+def format_rate(value: float | None) -> str:
+    """Bytes per second with decimal prefixes, as link speeds are quoted: ``12.3 GB/s``."""
+    if value is None or not _known(value):
+        return "n/a"
+    scaled, unit = _scaled(float(value), 1000, RATE_UNITS)
+    return f"{scaled:.0f} {unit}" if unit == RATE_UNITS[0] else f"{scaled:.1f} {unit}"
+
+
+def format_pct(value: float | None, digits: int = 1) -> str:
+    """A percentage: ``73.0 %``."""
+    if value is None or not _known(value):
+        return "n/a"
+    return f"{value:.{digits}f} %"
+
+
+def format_rate_of(value: float | None, maximum: float | None) -> str:
+    """A rate against its link maximum: ``12.3 GB/s of 63.0 GB/s (19 %)``."""
+    if value is None or not _known(value):
+        return "n/a"
+    if maximum is None or not _known(maximum) or maximum <= 0:
+        return format_rate(value)
+    return f"{format_rate(value)} of {format_rate(maximum)} ({100.0 * value / maximum:.0f} %)"
+
+
+_JS_SCALED = """
+function fmt_scaled(v, base, units, trim) {
+  if (v == null || Number.isNaN(v)) return "n/a";
+  let x = Math.abs(v), i = 0;
+  while (x >= base && i < units.length - 1) { x /= base; i += 1; }
+  let s = i === 0 ? x.toFixed(0) : x.toFixed(1);
+  if (trim) s = String(parseFloat(s));
+  return (v < 0 ? "-" : "") + s + " " + units[i];
+}
+function fmt_pct(v, trim) {
+  if (v == null || Number.isNaN(v)) return "n/a";
+  return (trim ? String(parseFloat(v.toFixed(1))) : v.toFixed(1)) + " %";
+}
+"""
+
+
+class Unit(Enum):
+    """What a value axis carries, and how it is labelled on ticks and in tooltips."""
+
+    PCT = "pct"
+    BYTES = "bytes"
+    RATE = "rate"
+
+    def _js(self, name: str, trim: bool) -> str:
+        flag = "true" if trim else "false"
+        if self is Unit.PCT:
+            return f"return fmt_pct({name}, {flag});"
+        base, units = (1024, IEC_UNITS) if self is Unit.BYTES else (1000, RATE_UNITS)
+        return f"return fmt_scaled({name}, {base}, {json.dumps(units)}, {flag});"
+
+    def tick_formatter(self) -> CustomJSTickFormatter:
+        """Axis tick labels in human units (``16 GiB``, ``2.5 GB/s``, ``50 %``)."""
+        return CustomJSTickFormatter(code=_JS_SCALED + self._js("tick", trim=True))
+
+    def hover_formatter(self) -> CustomJSHover:
+        """Tooltip values in human units with one decimal."""
+        return CustomJSHover(code=_JS_SCALED + self._js("value", trim=False))
+
+    def ticker(self) -> Ticker | None:
+        """Power-of-two ticks for bytes (``16 GiB``, not ``18.6 GiB``); the default otherwise."""
+        return AdaptiveTicker(base=2, mantissas=[1], min_interval=1) if self is Unit.BYTES else None
+
+
+_LOCAL_TIME_JS = """
+const d = new Date(%s);
+return d.toLocaleTimeString([], {hour12: false});
+"""
+
+
+def _value_range(maximum: float | None, headroom: float = 1.02) -> Range:
+    if maximum is not None and _known(maximum) and maximum > 0:
+        return Range1d(start=0, end=maximum * headroom)
+    return DataRange1d(start=0)
+
+
+def _style_value_axis(fig: figure, unit: Unit, label: str, vertical: bool = True) -> None:
+    axis = fig.yaxis if vertical else fig.xaxis
+    axis.axis_label = label
+    axis.formatter = unit.tick_formatter()
+    ticker = unit.ticker()
+    if ticker is not None:
+        axis.ticker = ticker
+
+
+def timeline_figure(title: str, y_label: str, unit: Unit, x_range: Range, y_max: float | None) -> figure:
+    """A live timeline: local-time x axis (shared between stacked plots), value axis from 0."""
+    fig = figure(
+        title=title,
+        x_axis_type="datetime",
+        x_range=x_range,
+        y_range=_value_range(y_max),
+        tools=TIMELINE_TOOLS,
+        active_drag="xpan",
+        sizing_mode="stretch_both",
+        min_width=300,
+        min_height=120,
+        min_border_left=80,
+        min_border_right=20,
+    )
+    fig.xaxis.formatter = CustomJSTickFormatter(code=_LOCAL_TIME_JS % "tick")
+    _style_value_axis(fig, unit, y_label)
+    fig.toolbar.logo = None
+    return fig
+
+
+def timeline_range() -> DataRange1d:
+    """The x range shared by the stacked timelines of one page."""
+    return DataRange1d(range_padding=0)
+
+
+def add_timeline_hover(
+    fig: figure,
+    renderers: Sequence[DataRenderer],
+    labels: dict[str, str],
+    *,
+    what: str,
+    value: str,
+    unit: Unit,
+) -> None:
+    """One hover for all lines of a plot; each renderer's name is its column and keys ``labels``."""
+    fig.add_tools(
+        HoverTool(
+            renderers=list(renderers),
+            mode="vline",
+            tooltips=[(what, "$name{label}"), (value, "@$name{value}"), ("time", "@time{time}")],
+            formatters={
+                "$name": CustomJSHover(args={"labels": labels}, code="return labels[value] ?? value;"),
+                "@$name": unit.hover_formatter(),
+                "@time": CustomJSHover(code=_LOCAL_TIME_JS % "value"),
+            },
+        )
+    )
+
+
+def legend_item(label: str, renderer: GlyphRenderer[Any]) -> LegendItem:
+    """A legend entry for one renderer."""
+    return LegendItem(label=label, renderers=[renderer])
+
+
+_COMPACT_LEGEND: dict[str, Any] = {
+    "padding": 2, "margin": 2, "spacing": 14, "border_line_alpha": 0, "background_fill_alpha": 0,
+    "label_text_font_size": "0.9em", "label_height": 14, "glyph_height": 14,
+}
+
+
+def add_legend_above(fig: figure, items: Iterable[LegendItem]) -> Legend:
+    """A compact, horizontal, clickable legend above the plot so it never covers data."""
+    legend = Legend(items=list(items), orientation="horizontal", click_policy="hide", location="top_left",
+                    **_COMPACT_LEGEND)
+    fig.add_layout(legend, "above")
+    return legend
+
+
+def bar_figure(
+    title: str,
+    factors: Sequence[str],
+    *,
+    value_label: str,
+    unit: Unit,
+    maximum: float | None,
+    vertical: bool,
+    headroom: float = 1.12,
+) -> figure:
+    """A bar chart with one category per GPU (the first on top when horizontal).
+
+    The value axis runs from 0 to ``maximum`` times ``headroom`` (room for labels above the bars).
+    """
+    categories = FactorRange(factors=list(factors) if vertical else list(reversed(factors)))
+    values = _value_range(maximum, headroom)
+    fig = figure(
+        title=title,
+        x_range=categories if vertical else values,
+        y_range=values if vertical else categories,
+        tools=BAR_TOOLS,
+        sizing_mode="stretch_both",
+        min_width=200,
+        min_height=150,
+    )
+    _style_value_axis(fig, unit, value_label, vertical)
+    (fig.xgrid if vertical else fig.ygrid).grid_line_color = None
+    fig.toolbar.logo = None
+    return fig
+
+
+def add_bar_hover(fig: figure, renderers: Sequence[DataRenderer], tooltips: list[tuple[str, str]]) -> None:
+    """A hover on bars whose tooltips read precomputed text columns."""
+    fig.add_tools(HoverTool(renderers=list(renderers), tooltips=tooltips, point_policy="follow_mouse"))
+
+
+def bar_labels(
+    source: ColumnDataSource, x: str | float, y: str | float, text: str, *, dark: bool, vertical: bool
+) -> LabelSet:
+    """Text on bars (values, ``lost``) on a translucent backing so it reads over any colour."""
+    return LabelSet(
+        source=source,
+        x=x,
+        y=y,
+        text=text,
+        text_color=text_color(dark),
+        text_font_size="0.9em",
+        text_align="center" if vertical else "right",
+        text_baseline="bottom" if vertical else "middle",
+        x_offset=0 if vertical else -6,
+        y_offset=4 if vertical else 0,
+        background_fill_color=DARK_BACKGROUND if dark else "#ffffff",
+        background_fill_alpha=0.6,
+    )
+
+
+def add_page(doc: Document, title: str, *children: UIElement, dark: bool) -> None:
+    """Title the document and add its content stacked so it fills the pane or browser window."""
+    doc.title = title
+    styles = {"background-color": DARK_BACKGROUND} if dark else {}
+    doc.add_root(column(*children, sizing_mode="stretch_both", styles=styles))
+

@@ -1,0 +1,72 @@
+"""GPU Memory: each GPU's used memory against its own total."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from bokeh.document import Document
+from bokeh.transform import linear_cmap
+
+from nvdash.apps.context import AppContext
+from nvdash.apps.figures import (
+    BACKGROUND_ALPHA,
+    LEVEL_PALETTE,
+    LOST_COLOR,
+    Unit,
+    add_bar_hover,
+    add_page,
+    bar_figure,
+    bar_labels,
+    format_bytes,
+    format_bytes_of,
+    format_pct,
+    gpu_description,
+    gpu_label,
+)
+from nvdash.apps.live import follow_latest
+from nvdash.apps.rows import gpu_memory_total, gpu_reading
+from nvdash.apps.theme import apply_theme
+from nvdash.sampling.records import GpuInfo, Snapshot
+
+TITLE = "GPU Memory"
+
+
+def columns(gpus: Sequence[GpuInfo], snapshot: Snapshot | None) -> dict[str, list[Any]]:
+    """The bar source: used bytes, own total, and used as a percentage of that total."""
+    data: dict[str, list[Any]] = {name: [] for name in (
+        "gpu", "description", "used_bytes", "total_bytes", "used_pct", "bar", "label", "used", "total")}
+    for gpu in gpus:
+        sample, lost = gpu_reading(snapshot, gpu.index)
+        used = None if sample is None else sample.memory_used_bytes
+        own_total = gpu_memory_total(gpu, sample)
+        pct = 100.0 * used / own_total if used is not None and own_total else float("nan")
+        data["gpu"].append(gpu_label(gpu))
+        data["description"].append(gpu_description(gpu))
+        data["used_bytes"].append(float("nan") if used is None else float(used))
+        data["total_bytes"].append(float("nan") if own_total is None else float(own_total))
+        data["used_pct"].append(pct)
+        data["bar"].append(100.0 if lost else 0.0 if math.isnan(pct) else pct)
+        data["label"].append("lost" if lost else f"{format_bytes_of(used, own_total)} ({format_pct(pct, 0)})")
+        data["used"].append("GPU lost" if lost else format_bytes(used))
+        data["total"].append(format_bytes(own_total))
+    return data
+
+
+def build(doc: Document, ctx: AppContext) -> None:
+    """Horizontal bars on a 0-100 % of-own-total axis, each labelled ``used / total GiB``."""
+    dark = apply_theme(doc)
+    gpus = ctx.store.inventory.gpus
+    source = follow_latest(doc, ctx, lambda snapshot: columns(gpus, snapshot))
+    fig = bar_figure("GPU memory used (of each GPU's own total)", [gpu_label(gpu) for gpu in gpus],
+                     value_label="memory used (% of own total)", unit=Unit.PCT, maximum=100.0,
+                     vertical=False, headroom=1.0)
+    fig.hbar(y="gpu", left=0, right=100, height=0.8, source=source, color=LOST_COLOR,
+             alpha=BACKGROUND_ALPHA)
+    bars = fig.hbar(y="gpu", left=0, right="bar", height=0.8, source=source, line_color=None,
+                    fill_color=linear_cmap("used_pct", LEVEL_PALETTE, 0, 100, nan_color=LOST_COLOR))
+    fig.add_layout(bar_labels(source, 100.0, "gpu", "label", dark=dark, vertical=False))
+    add_bar_hover(fig, [bars], [("GPU", "@description"), ("used", "@used"), ("total", "@total"),
+                                ("share", "@used_pct{0.0} %")])
+    add_page(doc, TITLE, fig, dark=dark)

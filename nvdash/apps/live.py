@@ -1,0 +1,106 @@
+"""Live updates: one periodic callback per document reads only the store's new rows and hands them on."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bokeh.document import Document
+from bokeh.models import ColumnDataSource
+from bokeh.models.widgets import Toggle
+
+from nvdash.apps.context import AppContext
+from nvdash.sampling.records import Snapshot
+from nvdash.store import Store
+
+RowsHandler = Callable[[Sequence[Snapshot]], None]
+
+PAUSE_LABEL = "Pause"
+RESUME_LABEL = "Resume"
+
+
+class Follower:
+    """Remembers the last sequence number a document has seen and hands on what came after it.
+
+    While ``pause`` is active nothing is read; the store keeps the rows, so resuming catches up.
+    """
+
+    def __init__(self, store: Store, seq: int, on_rows: RowsHandler, pause: Toggle | None = None) -> None:
+        self.store = store
+        self.seq = seq
+        self.on_rows = on_rows
+        self.pause = pause
+
+    def poll(self) -> None:
+        """Push the rows newer than the last seen; do nothing when paused or when nothing is new."""
+        if self.pause is not None and self.pause.active:
+            return
+        rows, self.seq = self.store.since(self.seq)
+        if rows:
+            self.on_rows(rows)
+
+    def toggled(self, _attr: str, _old: Any, paused: Any) -> None:
+        """Relabel the pause button; on resume, catch up at once rather than at the next tick."""
+        if self.pause is not None:
+            self.pause.label = RESUME_LABEL if paused else PAUSE_LABEL
+        if not paused:
+            self.poll()
+
+
+def period_ms(ctx: AppContext) -> int:
+    """The update period: the sampler's interval, in milliseconds."""
+    return max(1, math.ceil(ctx.interval_s * 1000))
+
+
+def follow(
+    doc: Document, ctx: AppContext, seq: int, on_rows: RowsHandler, pause: Toggle | None = None
+) -> Follower:
+    """Register the document's one periodic callback, starting after sequence number ``seq``."""
+    follower = Follower(ctx.store, seq, on_rows, pause)
+    doc.add_periodic_callback(follower.poll, period_ms(ctx))
+    if pause is not None:
+        pause.on_change("active", follower.toggled)
+    return follower
+
+
+def pause_toggle() -> Toggle:
+    """The button that freezes a page's timelines (for reading or zooming) until pressed again."""
+    return Toggle(label=PAUSE_LABEL, active=False, width=100, height=30, sizing_mode="fixed")
+
+
+def latest(store: Store) -> tuple[Snapshot | None, int]:
+    """The newest snapshot and its sequence number, read together."""
+    rows, seq = store.since(max(0, store.last_seq - 1))
+    return (rows[-1] if rows else None), seq
+
+
+def _same_value(old: Any, new: Any) -> bool:
+    if isinstance(old, float) and isinstance(new, float) and math.isnan(old) and math.isnan(new):
+        return True
+    return bool(old == new)
+
+
+def _same(old: Sequence[Any], new: Sequence[Any]) -> bool:
+    return len(old) == len(new) and all(_same_value(a, b) for a, b in zip(old, new, strict=True))
+
+
+def patch_changed(source: ColumnDataSource, data: dict[str, list[Any]]) -> None:
+    """Patch, in one message, only the columns whose values changed (NaN equals NaN)."""
+    patches = {
+        name: [(slice(0, len(values)), values)]
+        for name, values in data.items()
+        if not _same(list(source.data[name]), values)
+    }
+    if patches:
+        source.patch(patches)
+
+
+def follow_latest(
+    doc: Document, ctx: AppContext, columns: Callable[[Snapshot | None], dict[str, list[Any]]]
+) -> ColumnDataSource:
+    """A bar-chart source filled from the newest snapshot and patched with each newer one."""
+    snapshot, seq = latest(ctx.store)
+    source = ColumnDataSource(data=columns(snapshot))
+    follow(doc, ctx, seq, lambda rows: patch_changed(source, columns(rows[-1])))
+    return source
