@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
 from typing import Any
 
 from bokeh.client import ClientSession, pull_session
@@ -12,6 +14,45 @@ from bokeh.models import ColumnDataSource
 def open_session(url: str, route: str) -> ClientSession:
     """A client session on ``route``, as a browser tab would open it."""
     return pull_session(url=url + route)
+
+
+def receive_for(session: ClientSession, seconds: float) -> None:
+    """Let the session apply what the server pushes for ``seconds`` (at least one message).
+
+    bokeh.client applies incoming messages only while its connection's loop runs; its public calls run it
+    just until their own reply arrives, so this drives it by time.
+    """
+    end = time.monotonic() + seconds
+    session._connection._loop_until(lambda: time.monotonic() >= end)
+
+
+class Viewer(threading.Thread):
+    """A viewer in a thread of its own: a session on one route that keeps applying the server's updates."""
+
+    def __init__(self, url: str, route: str) -> None:
+        super().__init__(daemon=True, name=f"viewer{route}")
+        self._url = url + route
+        self._stop_requested = threading.Event()
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            session = pull_session(url=self._url)
+        except BaseException as error:  # reported to the test through .error
+            self.error = error
+            self.ready.set()
+            return
+        self.ready.set()
+        try:
+            session._connection._loop_until(self._stop_requested.is_set)
+        finally:
+            session.close()
+
+    def stop(self) -> None:
+        """Ask the viewer to close its session after the next update, and wait for it."""
+        self._stop_requested.set()
+        self.join(30)
 
 
 def source_data(session: ClientSession) -> list[dict[str, list[Any]]]:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.conftest import free_port, get_json, http_get, nvdash_env, nvdash_server
-from tests.server.bokeh_viewer import open_session
+from tests.server.bokeh_viewer import open_session, receive_for
 
 GPU_ROUTES = [
     "/GPU-Utilization",
@@ -74,24 +74,26 @@ def test_a_lost_gpu_is_shown_lost_while_the_others_keep_updating() -> None:
             from bokeh.models import ColumnDataSource
 
             def bars() -> dict[str, list[object]]:
-                sources = [s for s in session.document.select({"type": ColumnDataSource}) if "lost" in s.data]
-                assert sources, "no source with a 'lost' column"
+                sources = [s for s in session.document.select({"type": ColumnDataSource}) if "label" in s.data]
+                assert len(sources) == 1
                 return {k: list(v) for k, v in sources[0].data.items()}
 
             first = bars()
-            assert [bool(v) for v in first["lost"]] == [i == 3 for i in range(8)]
-            time.sleep(1.0)
-            session.force_roundtrip()
-            second = bars()
-            util_key = next(k for k in second if "util" in k and "str" not in k and "label" not in k)
-            changed = [
-                i
-                for i in range(8)
-                if not (isinstance(second[util_key][i], float) and math.isnan(second[util_key][i]))
-                and second[util_key][i] != first[util_key][i]
-            ]
-            assert 3 not in changed
-            assert len(changed) >= 3, (first[util_key], second[util_key])
+            assert [label == "lost" for label in first["label"]] == [i == 3 for i in range(8)]
+            assert first["utilization"][3] == "GPU lost"
+        finally:
+            session.close()
+        timeline = open_session(server.url, "/GPU-Resources")
+        try:
+            (source,) = [s for s in timeline.document.select({"type": ColumnDataSource}) if "util/3" in s.data]
+            before = len(source.data["time"])
+            receive_for(timeline, 1.0)
+            data = {k: list(v) for k, v in source.data.items()}
+            assert len(data["time"]) > before, "the timeline stopped"
+            last = slice(-3, None)
+            assert all(math.isnan(v) for v in data["util/3"][last]), "the lost GPU has values"
+            for gpu in (0, 1, 2, 4, 5, 6, 7):
+                assert not any(math.isnan(v) for v in data[f"util/{gpu}"][last]), f"GPU {gpu} stopped updating"
         finally:
             session.close()
         health = server.health()

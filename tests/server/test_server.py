@@ -13,7 +13,7 @@ from tornado.ioloop import IOLoop
 from tornado.websocket import websocket_connect
 
 from tests.conftest import NvdashServer, get_json, http_get, nvdash_server
-from tests.server.bokeh_viewer import fingerprint, open_session, source_data
+from tests.server.bokeh_viewer import fingerprint, open_session, receive_for, source_data
 
 ROUTES = {
     "/GPU-Utilization": "GPU Utilization",
@@ -101,8 +101,7 @@ def test_every_dashboard_streams_data_that_advances(server: NvdashServer, route:
         before = source_data(session)
         assert before, "no data source in the document"
         assert any(any(len(col) for col in source.values()) for source in before), "all sources are empty"
-        time.sleep(1.5)
-        session.force_roundtrip()
+        receive_for(session, 1.5)
         after = source_data(session)
         assert fingerprint(after) != fingerprint(before), f"{route} did not update"
     finally:
