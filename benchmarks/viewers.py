@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -47,36 +48,50 @@ def _health(url: str, reset: bool = False) -> Any:
         return json.loads(response.read())
 
 
-def run_worker(url: str, viewers: int, ready_file: str, stop_file: str, result_file: str) -> None:
-    """Hold ``viewers`` x 7 sessions, keep reading their updates, report bytes received per second."""
+def run_worker(url: str, viewers: int, ready_file: str, control_file: str, result_file: str) -> None:
+    """Hold ``viewers`` x 7 sessions, each applying its updates in a thread; report bytes received."""
     from bokeh.client import pull_session
     from bokeh.client.websocket import WebSocketClientConnectionWrapper
 
+    lock = threading.Lock()
     received = [0]
     original = WebSocketClientConnectionWrapper.read_message
 
     async def counting(self: Any, callback: Any = None) -> Any:
         message = await original(self, callback)
         if message is not None:
-            received[0] += len(message)
+            with lock:
+                received[0] += len(message)
         return message
 
-    WebSocketClientConnectionWrapper.read_message = counting  # type: ignore[assignment,method-assign]
-    sessions = [pull_session(url=url + route) for _ in range(viewers) for route in ROUTES]
+    WebSocketClientConnectionWrapper.read_message = counting  # type: ignore[method-assign]
+    stop = threading.Event()
+    opened = threading.Semaphore(0)
+
+    def view(route: str) -> None:
+        session = pull_session(url=url + route)
+        opened.release()
+        # bokeh.client applies pushed updates only while its connection's loop runs: run it until told to stop.
+        session._connection._loop_until(stop.is_set)
+        session.close()
+
+    threads = [threading.Thread(target=view, args=(route,), daemon=True) for _ in range(viewers) for route in ROUTES]
+    for thread in threads:
+        thread.start()
+    for _ in threads:
+        opened.acquire()
+    control = Path(control_file)
     Path(ready_file).write_text("ready")
-    while not Path(stop_file).exists() or Path(stop_file).read_text() != "measure":
-        for session in sessions:
-            session.force_roundtrip()
+    while control.read_text() != "measure":
         time.sleep(0.05)
     start_bytes, started = received[0], time.monotonic()
-    while Path(stop_file).read_text() == "measure":
-        for session in sessions:
-            session.force_roundtrip()
+    while control.read_text() == "measure":
         time.sleep(0.05)
     elapsed = time.monotonic() - started
     Path(result_file).write_text(json.dumps({"bytes": received[0] - start_bytes, "seconds": elapsed}))
-    for session in sessions:
-        session.close()
+    stop.set()
+    for thread in threads:
+        thread.join(10)
 
 
 class Viewers:
