@@ -66,20 +66,32 @@ def run_worker(url: str, viewers: int, ready_file: str, control_file: str, resul
 
     WebSocketClientConnectionWrapper.read_message = counting  # type: ignore[method-assign]
     stop = threading.Event()
-    opened = threading.Semaphore(0)
+    failures: list[str] = []
 
-    def view(route: str) -> None:
-        session = pull_session(url=url + route)
-        opened.release()
+    def view(route: str, opened: threading.Event) -> None:
+        try:
+            session = pull_session(url=url + route)
+        except OSError as error:
+            failures.append(f"{route}: {error}")
+            opened.set()
+            return
+        opened.set()
         # bokeh.client applies pushed updates only while its connection's loop runs: run it until told to stop.
         session._connection._loop_until(stop.is_set)
         session.close()
 
-    threads = [threading.Thread(target=view, args=(route,), daemon=True) for _ in range(viewers) for route in ROUTES]
-    for thread in threads:
-        thread.start()
-    for _ in threads:
-        opened.acquire()
+    threads = []
+    for _ in range(viewers):
+        for route in ROUTES:
+            # One session at a time, as people open panes: the server builds each document on its event loop.
+            opened = threading.Event()
+            thread = threading.Thread(target=view, args=(route, opened), daemon=True)
+            thread.start()
+            opened.wait(120)
+            threads.append(thread)
+            if failures:
+                stop.set()
+                raise SystemExit(f"a viewer could not connect: {failures[0]}")
     control = Path(control_file)
     Path(ready_file).write_text("ready")
     while control.read_text() != "measure":
