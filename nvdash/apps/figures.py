@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
 from enum import Enum
 from typing import Any
@@ -29,9 +28,19 @@ from bokeh.palettes import Category10_10, Viridis256
 from bokeh.plotting import figure
 
 from nvdash.sampling.records import GpuInfo
+from nvdash.units import (
+    IEC_UNITS,
+    RATE_UNITS,
+    format_bytes,
+    format_bytes_of,
+    format_pct,
+    format_rate,
+    format_rate_of,
+    is_known,
+)
 
-IEC_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-RATE_UNITS = ("B/s", "kB/s", "MB/s", "GB/s", "TB/s")
+__all__ = ["format_bytes", "format_bytes_of", "format_pct", "format_rate", "format_rate_of"]
+
 
 GPU_COLORS: tuple[str, ...] = tuple(Category10_10)
 LEVEL_PALETTE: tuple[str, ...] = tuple(Viridis256)
@@ -65,60 +74,6 @@ def gpu_description(info: GpuInfo) -> str:
 def text_color(dark: bool) -> str:
     """A label colour readable on the light or the dark theme."""
     return "#e0e0e0" if dark else "#333333"
-
-
-def _scaled(value: float, base: float, units: Sequence[str]) -> tuple[float, str]:
-    magnitude, unit = abs(value), 0
-    while magnitude >= base and unit < len(units) - 1:
-        magnitude /= base
-        unit += 1
-    return math.copysign(magnitude, value), units[unit]
-
-
-def _known(value: float | None) -> bool:
-    return value is not None and not math.isnan(value)
-
-
-def format_bytes(value: float | None) -> str:
-    """Bytes with IEC prefixes: ``35.2 GiB``; ``n/a`` when unknown."""
-    if value is None or not _known(value):
-        return "n/a"
-    scaled, unit = _scaled(float(value), 1024, IEC_UNITS)
-    return f"{scaled:.0f} {unit}" if unit == IEC_UNITS[0] else f"{scaled:.1f} {unit}"
-
-
-def format_bytes_of(used: float | None, total: float | None) -> str:
-    """Used of total in the total's unit: ``35.2 / 79.6 GiB``."""
-    if used is None or total is None or not (_known(used) and _known(total)):
-        return f"{format_bytes(used)} / {format_bytes(total)}"
-    scaled_total, unit = _scaled(float(total), 1024, IEC_UNITS)
-    scale = total / scaled_total if scaled_total else 1.0
-    digits = 0 if unit == IEC_UNITS[0] else 1
-    return f"{used / scale:.{digits}f} / {scaled_total:.{digits}f} {unit}"
-
-
-def format_rate(value: float | None) -> str:
-    """Bytes per second with decimal prefixes, as link speeds are quoted: ``12.3 GB/s``."""
-    if value is None or not _known(value):
-        return "n/a"
-    scaled, unit = _scaled(float(value), 1000, RATE_UNITS)
-    return f"{scaled:.0f} {unit}" if unit == RATE_UNITS[0] else f"{scaled:.1f} {unit}"
-
-
-def format_pct(value: float | None, digits: int = 1) -> str:
-    """A percentage: ``73.0 %``."""
-    if value is None or not _known(value):
-        return "n/a"
-    return f"{value:.{digits}f} %"
-
-
-def format_rate_of(value: float | None, maximum: float | None) -> str:
-    """A rate against its link maximum: ``12.3 GB/s of 63.0 GB/s (19 %)``."""
-    if value is None or not _known(value):
-        return "n/a"
-    if maximum is None or not _known(maximum) or maximum <= 0:
-        return format_rate(value)
-    return f"{format_rate(value)} of {format_rate(maximum)} ({100.0 * value / maximum:.0f} %)"
 
 
 _JS_SCALED = """
@@ -171,7 +126,7 @@ return d.toLocaleTimeString([], {hour12: false});
 
 
 def _value_range(maximum: float | None, headroom: float = 1.02) -> Range:
-    if maximum is not None and _known(maximum) and maximum > 0:
+    if maximum is not None and is_known(maximum) and maximum > 0:
         return Range1d(start=0, end=maximum * headroom)
     return DataRange1d(start=0)
 
