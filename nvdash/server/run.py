@@ -10,6 +10,7 @@ from types import FrameType
 
 from nvdash.sampling.hardware import Hardware, open_hardware
 from nvdash.sampling.sampler import Sampler
+from nvdash.server import gc_policy
 from nvdash.server.app import Runtime, make_server
 from nvdash.settings import Settings
 from nvdash.store import Store
@@ -60,6 +61,8 @@ def serve(settings: Settings) -> int:
                     f"port {settings.port} on {settings.host} is already in use; choose another with --port"
                 ) from None
             raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {error.strerror}") from None
+        gc_policy.install()
+        gc_policy.freeze_startup_objects()
         runtime.sampler.start()
         server.start()
         runtime.loop_monitor.start(server.io_loop)
