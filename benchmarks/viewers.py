@@ -76,8 +76,11 @@ def run_worker(url: str, viewers: int, ready_file: str, control_file: str, resul
             opened.set()
             return
         opened.set()
-        # bokeh.client applies pushed updates only while its connection's loop runs: run it until told to stop.
-        session._connection._loop_until(stop.is_set)
+        # bokeh.client applies pushed updates only while its connection's loop runs, and each message it
+        # applies nests one call deeper: run the loop in slices of a few seconds until told to stop.
+        while not stop.is_set():
+            end = time.monotonic() + 5.0
+            session._connection._loop_until(lambda end=end: stop.is_set() or time.monotonic() >= end)
         session.close()
 
     threads = []

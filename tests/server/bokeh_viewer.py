@@ -45,7 +45,12 @@ class Viewer(threading.Thread):
             return
         self.ready.set()
         try:
-            session._connection._loop_until(self._stop_requested.is_set)
+            # Each applied message nests bokeh.client's loop one call deeper: run it in slices.
+            while not self._stop_requested.is_set():
+                end = time.monotonic() + 5.0
+                session._connection._loop_until(
+                    lambda end=end: self._stop_requested.is_set() or time.monotonic() >= end
+                )
         finally:
             session.close()
 
