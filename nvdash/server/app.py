@@ -133,6 +133,10 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         num_procs=1,
         unused_session_lifetime_milliseconds=10_000,
         check_unused_sessions_milliseconds=5_000,
+        # Bokeh copies the request's headers and cookies into the session token it writes into each page;
+        # behind Jupyter's proxy those are Jupyter's login cookie and token. The apps need neither.
+        include_headers=[],
+        include_cookies=[],
     )
     holder.append(server)
     return server
