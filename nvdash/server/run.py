@@ -62,6 +62,7 @@ def serve(settings: Settings) -> int:
                 ) from None
             raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {error.strerror}") from None
         gc_policy.install()
+        gc_policy.tune_thresholds()
         gc_policy.freeze_startup_objects()
         runtime.sampler.start()
         server.start()

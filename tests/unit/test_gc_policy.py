@@ -52,3 +52,12 @@ def test_with_the_policy_a_destroyed_document_costs_a_young_collection_only(coll
     assert collections
     assert max(collections) <= 1
     assert bokeh_document.gc.isenabled() == gc.isenabled()
+
+
+def test_thresholds_let_short_lived_objects_die_young() -> None:
+    saved = gc.get_threshold()
+    try:
+        gc_policy.tune_thresholds()
+        assert gc.get_threshold() == (50_000, 20, 100)
+    finally:
+        gc.set_threshold(*saved)
