@@ -34,8 +34,8 @@ def time_ms(rows: Sequence[Snapshot]) -> FloatArray:
 
 
 def column(rows: Sequence[Snapshot], value: Callable[[Snapshot], float | None]) -> FloatArray:
-    """One value per snapshot, NaN where unknown."""
-    return np.fromiter((nan_if_none(value(row)) for row in rows), dtype=np.float64, count=len(rows))
+    """One value per snapshot, NaN where unknown (numpy turns ``None`` into NaN for a float array)."""
+    return np.array([value(row) for row in rows], dtype=np.float64)
 
 
 def gpu_value(index: int, metric: Callable[[GpuSample], float | None]) -> Callable[[Snapshot], float | None]:
