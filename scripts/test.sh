@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test (unit, server, browser) after installing what they need: a virtualenv with nvdash and its
-# test tools, and Debian's chromium for the browser tests. Usage: bash scripts/test.sh [pytest args]
+# Runs every test (unit, server, JupyterLab, browser) after installing what they need: a virtualenv with nvdash
+# (whose install builds the JupyterLab extension with Node.js) and its test tools, and Debian's chromium for the
+# browser tests. Usage: bash scripts/test.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,22 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
 fi
 
+# The lab extension's build (rspack, eslint) needs Node.js 20.19 or newer and npm.
+node_ok() {
+  command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1 &&
+    node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)'
+}
+if ! node_ok; then
+  echo "== installing nodejs and npm (Debian packages) to build the JupyterLab extension"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null || true
+  if ! node_ok; then
+    echo "Node.js 20.19 or newer with npm is needed to build the JupyterLab extension; found: $(node --version 2>/dev/null || echo none)" >&2
+    exit 1
+  fi
+fi
+
 if [ ! -x "$VENV/bin/python" ]; then
   echo "== creating $VENV"
   python3 -m venv "$VENV"
@@ -20,6 +37,10 @@ fi
 echo "== installing nvdash and its test tools into $VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$VENV/bin/python" -m pip install -q -e ".[test]"
+
+echo "== eslint and tsc (the lab extension)"
+[ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error
+PATH="$PWD/$VENV/bin:$PATH" npm run --silent lint
 
 echo "== ruff"
 "$VENV/bin/ruff" check nvdash tests benchmarks
