@@ -31,6 +31,7 @@ export class DashboardPane extends Panel {
     this.title.caption = `${this.dashboard.title} (nvdash)`;
     this.title.icon = nvdashIcon;
     this.title.closable = true;
+    this.node.tabIndex = -1;
 
     this._frame = new IFrame({ sandbox: ['allow-scripts', 'allow-same-origin'], referrerPolicy: 'same-origin' });
     this._frame.addClass('jp-nvdash-Pane-frame');
@@ -89,7 +90,7 @@ export class DashboardPane extends Panel {
 
   protected override onActivateRequest(msg: Message): void {
     super.onActivateRequest(msg);
-    this._message.node.querySelector('button')?.focus();
+    (this._message.node.querySelector('button') ?? this.node).focus();
   }
 
   private readonly _onStatus = (_sender: ServerStatus, state: ServerState): void => {
