@@ -83,5 +83,6 @@ def serve(settings: Settings) -> int:
         server.stop()
     finally:
         runtime.sampler.stop()
+        runtime.builder.shutdown(wait=False, cancel_futures=True)
         hardware.close()
     return 0
