@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from bokeh.application import Application
+from bokeh.application.handlers.function import FunctionHandler
 from bokeh.document import Document
 from bokeh.server.server import Server
 from bokeh.settings import settings as bokeh_settings
@@ -26,7 +26,6 @@ from nvdash.server.pages import (
     render_index,
     render_unavailable,
 )
-from nvdash.server.threaded_handler import ThreadedBuildHandler
 from nvdash.settings import Settings
 from nvdash.store import Store
 
@@ -43,10 +42,6 @@ class Runtime:
     nvml_calls: Callable[[], int] = lambda: 0
     fake_nvml_calls: Callable[[], int] | None = None
     loop_monitor: LoopMonitor = field(default_factory=LoopMonitor)
-    builder: Executor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvdash-build")
-    )
-    """Builds new sessions' documents, one at a time, off the event loop."""
 
 
 def websocket_origins(settings: Settings) -> list[str]:
@@ -62,11 +57,11 @@ def websocket_origins(settings: Settings) -> list[str]:
     return list(dict.fromkeys(origins))
 
 
-def _application(spec: AppSpec, context: AppContext, builder: Executor) -> Application:
+def _application(spec: AppSpec, context: AppContext) -> Application:
     def build(doc: Document) -> None:
         spec.build(doc, context)
 
-    return Application(ThreadedBuildHandler(build, builder))
+    return Application(FunctionHandler(build))
 
 
 def health(runtime: Runtime, handler: RequestHandler, server: Callable[[], Server | None]) -> dict[str, Any]:
@@ -111,7 +106,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
     for spec in APPS:
         reason = unavailable_reason(spec, inventory)
         if reason is None:
-            applications[spec.route] = _application(spec, context, runtime.builder)
+            applications[spec.route] = _application(spec, context)
         else:
             page = render_unavailable(spec, reason, prefix)
             unavailable_routes.append(

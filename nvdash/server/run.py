@@ -83,6 +83,5 @@ def serve(settings: Settings) -> int:
         server.stop()
     finally:
         runtime.sampler.stop()
-        runtime.builder.shutdown(wait=False, cancel_futures=True)
         hardware.close()
     return 0
