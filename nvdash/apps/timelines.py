@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from bokeh.core.properties import value
 from bokeh.document import Document
 from bokeh.layouts import gridplot
-from bokeh.models import ColumnDataSource
+from bokeh.models import ColumnDataSource, Line
 from bokeh.models.annotations import LegendItem
 from bokeh.models.renderers import DataRenderer, GlyphRenderer
 
@@ -122,8 +122,11 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
         renderers: list[DataRenderer] = []
         new_items = []
         for series in panel.series:
-            line: GlyphRenderer[Any] = fig.line(x="time", y=series.key, source=source, color=series.color,
-                                                line_width=2, name=series.key)
+            # No selection or mute styling is used: skip the two extra glyph models fig.line() makes per line.
+            line: GlyphRenderer[Any] = fig.add_glyph(
+                source, Line(x="time", y=series.key, line_color=series.color, line_width=2),
+                name=series.key, nonselection_glyph=None, muted_glyph=None,
+            )
             renderers.append(line)
             item = items.get(series.legend)
             if item is None:
