@@ -17,7 +17,9 @@ from typing import Any
 
 from bokeh.client import pull_session
 
-ROUTES = ["/GPU-Utilization", "/GPU-Memory", "/GPU-Resources", "/NVLink-Timeline", "/Machine-Resources"]
+from nvdash.apps import APPS
+
+ROUTES = [spec.route for spec in APPS]
 
 
 def main() -> None:

@@ -26,15 +26,9 @@ from typing import Any
 
 import psutil
 
-ROUTES = [
-    "/GPU-Utilization",
-    "/GPU-Memory",
-    "/GPU-Resources",
-    "/PCIe-Throughput",
-    "/NVLink-Throughput",
-    "/NVLink-Timeline",
-    "/Machine-Resources",
-]
+from nvdash.apps import APPS
+
+ROUTES = [spec.route for spec in APPS]
 
 
 def _free_port() -> int:

@@ -64,14 +64,16 @@ def _application(spec: AppSpec, context: AppContext) -> Application:
     return Application(FunctionHandler(build))
 
 
-def health(runtime: Runtime, handler: RequestHandler, server: Callable[[], Server | None]) -> dict[str, Any]:
+def health(
+    runtime: Runtime, handler: RequestHandler, server: Callable[[], Server | None], routes: list[str]
+) -> dict[str, Any]:
     """The numbers a benchmark or a monitor wants: sampler, store, NVML calls, event loop, sessions."""
     stats = runtime.sampler.stats()
     reset = handler.get_query_argument("reset", "") == "1"
     current = server()
     sessions = 0
     if current is not None:
-        sessions = sum(len(current.get_sessions(route)) for route in current._tornado.app_paths)
+        sessions = sum(len(current.get_sessions(route)) for route in routes)
     result: dict[str, Any] = {
         "status": "ok",
         "sampler": {
@@ -118,7 +120,11 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         (r"/", HtmlHandler, {"render": lambda: index_page}),
         (r"/index\.json", JsonHandler, {"produce": lambda _h: index_json(inventory)}),
         (r"/info\.json", JsonHandler, {"produce": lambda _h: info_json(inventory)}),
-        (r"/health", JsonHandler, {"produce": lambda h: health(runtime, h, lambda: holder[0] if holder else None)}),
+        (
+            r"/health",
+            JsonHandler,
+            {"produce": lambda h: health(runtime, h, lambda: holder[0] if holder else None, list(applications))},
+        ),
         *unavailable_routes,
     ]
     server = Server(
