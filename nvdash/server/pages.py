@@ -85,15 +85,21 @@ def render_index(inventory: Inventory, prefix: str, interval_s: float, history: 
             nvml_error=inventory.nvml_error or "no GPU was found",
             profiles=profiles,
             apps=[{"href": prefix + spec.route, "title": spec.title} for spec in available_apps(inventory)],
-            unavailable=[
-                {"title": spec.title, "reason": reason}
-                for spec in APPS
-                if (reason := unavailable_reason(spec, inventory)) is not None
-            ],
+            unavailable=_unavailable_by_reason(inventory),
             interval=f"{interval_s:g}",
             history=f"{history} samples",
         )
     )
+
+
+def _unavailable_by_reason(inventory: Inventory) -> list[dict[str, str]]:
+    """The dashboards this machine cannot feed, grouped under each reason (a reason is said once)."""
+    groups: dict[str, list[str]] = {}
+    for spec in APPS:
+        reason = unavailable_reason(spec, inventory)
+        if reason is not None:
+            groups.setdefault(reason, []).append(spec.title)
+    return [{"reason": reason, "titles": ", ".join(titles)} for reason, titles in groups.items()]
 
 
 def render_unavailable(spec: AppSpec, reason: str, prefix: str) -> str:

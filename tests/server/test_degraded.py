@@ -147,3 +147,10 @@ def test_unknown_profile_from_the_environment_is_one_line() -> None:
     assert result.stderr.strip().splitlines() == [
         "nvdash: error: unknown profile 'nope'; choose one of: " + result.stderr.split("choose one of: ")[1].strip()
     ]
+
+
+def test_index_names_each_reason_once_for_the_dashboards_not_offered() -> None:
+    with nvdash_server(["--simulate", "a100-pcie-2"]) as server:
+        _, body, _ = http_get(server.url + "/")
+    assert body.count("None of the GPUs on this machine has NVLink.") == 1
+    assert "Not offered on this machine: NVLink Throughput, NVLink Timeline." in body
