@@ -95,9 +95,9 @@ export async function fetchCatalog(): Promise<ICatalog> {
   return { dashboards, info };
 }
 
-/** The part of `health` the extension reads: sweeps only grow while one server process runs. */
+/** The part of `health` the extension reads: when the server process started (it changes on a restart). */
 export interface IHealth {
-  readonly sampler: { readonly sweeps: number };
+  readonly started_at: number;
 }
 
 /** The server's health; rejects with an {@link NvdashError} when it does not answer. */

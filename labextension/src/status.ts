@@ -80,9 +80,9 @@ export class ServerStatus implements IDisposable {
   private async _check(): Promise<ServerState> {
     try {
       if (this._state.kind === 'up') {
-        const sweeps = (await checkHealth()).sampler.sweeps;
-        const restarted = sweeps < this._sweeps;
-        this._sweeps = sweeps;
+        const startedAt = (await checkHealth()).started_at;
+        const restarted = startedAt !== this._startedAt;
+        this._startedAt = startedAt;
         if (restarted) {
           this._generation += 1;
           this._set({ kind: 'up', catalog: await fetchCatalog(), generation: this._generation });
@@ -90,7 +90,7 @@ export class ServerStatus implements IDisposable {
       } else {
         this._set({ kind: 'starting' });
         const catalog = await fetchCatalog();
-        this._sweeps = (await checkHealth()).sampler.sweeps;
+        this._startedAt = (await checkHealth()).started_at;
         this._generation += 1;
         this._set({ kind: 'up', catalog, generation: this._generation });
       }
@@ -116,7 +116,7 @@ export class ServerStatus implements IDisposable {
   private _state: ServerState = { kind: 'idle' };
   private _users = 0;
   private _generation = 0;
-  private _sweeps = 0;
+  private _startedAt = 0;
   private _started = false;
   private _inflight: Promise<ServerState> | null = null;
   private readonly _poll: Poll;

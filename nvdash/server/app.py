@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,8 @@ class Runtime:
     nvml_calls: Callable[[], int] = lambda: 0
     fake_nvml_calls: Callable[[], int] | None = None
     loop_monitor: LoopMonitor = field(default_factory=LoopMonitor)
+    started_at: float = field(default_factory=time.time)
+    """When this server process started (wall clock); a client sees a restart by its change."""
 
 
 def websocket_origins(settings: Settings) -> list[str]:
@@ -76,6 +79,7 @@ def health(
         sessions = sum(len(current.get_sessions(route)) for route in routes)
     result: dict[str, Any] = {
         "status": "ok",
+        "started_at": runtime.started_at,
         "sampler": {
             "interval_s": runtime.sampler.interval_s,
             "sweeps": stats.sweeps,

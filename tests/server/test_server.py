@@ -152,3 +152,4 @@ def test_health_reports_the_sampler_keeping_up(server: NvdashServer) -> None:
     assert second["sampler"]["errors"] == 0
     assert second["store"]["capacity"] == 1200
     assert second["fake_nvml_calls"] > first["fake_nvml_calls"]
+    assert first["started_at"] == second["started_at"] < time.time()
