@@ -84,12 +84,16 @@ def wait_for_canvas(page: Page, route: str) -> None:
     frame.locator("canvas").first.wait_for(state="attached", timeout=CANVAS_TIMEOUT_MS)
 
 
-def keeps_changing(target: Locator, seconds: float = 2.5) -> bool:
-    """Whether what ``target`` shows differs after ``seconds`` (a live dashboard redraws)."""
+def keeps_changing(target: Locator, seconds: float = 2.5, tries: int = 4) -> bool:
+    """Whether what ``target`` shows changes within ``tries`` x ``seconds`` (a live dashboard redraws; on a
+    loaded machine a freshly loaded one may take a few seconds to draw at all)."""
     target.page.wait_for_timeout(1_000)
     before = target.screenshot()
-    target.page.wait_for_timeout(seconds * 1000)
-    return target.screenshot() != before
+    for _ in range(tries):
+        target.page.wait_for_timeout(seconds * 1000)
+        if target.screenshot() != before:
+            return True
+    return False
 
 
 def brightness(target: Locator) -> float:
