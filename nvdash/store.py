@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from nvdash.sampling.records import Inventory, Snapshot
+from nvdash.sampling.records import GpuEvent, Inventory, Snapshot
 
 DEFAULT_CAPACITY = 1200
+DEFAULT_EVENT_CAPACITY = 1000
 
 
 class Store:
@@ -17,13 +18,19 @@ class Store:
     it saw and asks for what came after it, so each reader gets each row once.
     """
 
-    def __init__(self, inventory: Inventory, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(
+        self, inventory: Inventory, capacity: int = DEFAULT_CAPACITY, event_capacity: int = DEFAULT_EVENT_CAPACITY
+    ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
+        if event_capacity < 1:
+            raise ValueError("event capacity must be at least 1")
         self._inventory = inventory
         self._capacity = capacity
         self._rows: deque[Snapshot] = deque(maxlen=capacity)
         self._last_seq = 0
+        self._events: deque[GpuEvent] = deque(maxlen=event_capacity)
+        self._event_seq = 0
         self._lock = threading.Lock()
 
     @property
@@ -70,3 +77,22 @@ class Store:
         """The newest snapshot, or ``None`` before the first."""
         with self._lock:
             return self._rows[-1] if self._rows else None
+
+    def add_events(self, events: list[GpuEvent]) -> int:
+        """Record events (from any thread), dropping the oldest beyond capacity; returns the newest event number."""
+        with self._lock:
+            self._events.extend(events)
+            self._event_seq += len(events)
+            return self._event_seq
+
+    @property
+    def event_seq(self) -> int:
+        """How many events were ever added (a reader compares it to see whether anything is new)."""
+        with self._lock:
+            return self._event_seq
+
+    def events(self, limit: int | None = None) -> list[GpuEvent]:
+        """The kept events, oldest first; only the newest ``limit`` when given."""
+        with self._lock:
+            kept = list(self._events)
+        return kept if limit is None else kept[-limit:] if limit > 0 else []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from types import ModuleType
 from typing import Any
 
@@ -37,6 +38,7 @@ class HostSource:
         self._hostname = hostname
         self._rates = {name: CounterRate() for name in ("disk_read", "disk_write", "net_sent", "net_recv")}
         self._primed = False
+        self._loopback: dict[str, bool] = {}
 
     def info(self) -> HostInfo:
         """Host name, logical CPU count and total memory."""
@@ -53,7 +55,7 @@ class HostSource:
         cpu = float(ps.cpu_percent(interval=None))
         memory = ps.virtual_memory()
         disk = _safe(ps.disk_io_counters)
-        net = _safe(ps.net_io_counters)
+        net = _safe(self._external_net)
         first = not self._primed
         self._primed = True
         return HostSample(
@@ -65,6 +67,29 @@ class HostSource:
             net_sent_bytes_per_s=self._rate("net_sent", net, "bytes_sent", now),
             net_recv_bytes_per_s=self._rate("net_recv", net, "bytes_recv", now),
         )
+
+    def _external_net(self) -> Any:
+        """Bytes sent and received over every interface except loopback (local traffic is not the network)."""
+        per_nic: dict[str, Any] = self._psutil.net_io_counters(pernic=True) or {}
+        sent = recv = 0
+        for name, counters in per_nic.items():
+            if self._is_loopback(name):
+                continue
+            sent += int(counters.bytes_sent)
+            recv += int(counters.bytes_recv)
+        return SimpleNamespace(bytes_sent=sent, bytes_recv=recv)
+
+    def _is_loopback(self, name: str) -> bool:
+        known = self._loopback.get(name)
+        if known is None:
+            flags = ""
+            try:
+                stats = self._psutil.net_if_stats().get(name)
+                flags = str(getattr(stats, "flags", "") or "")
+            except (OSError, RuntimeError, AttributeError):
+                flags = ""
+            known = self._loopback[name] = "loopback" in flags.split(",") or name == "lo" or name.startswith("lo:")
+        return known
 
     def _rate(self, name: str, counters: Any, attribute: str, now: float) -> float | None:
         if counters is None:

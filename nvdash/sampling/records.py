@@ -24,6 +24,35 @@ class GpuInfo:
     """Active NVLink links; 0 on a GPU without NVLink."""
     nvlink_max_bytes_per_s: float | None
     """Per direction, summed over the active links; ``None`` without NVLink."""
+    pci_bus_id: str = ""
+    """NVML's bus id, e.g. ``00000000:18:00.0``."""
+    nvlink_version: str | None = None
+    """Decoded from NVML's ``nvmlNvlinkVersion_t`` enum, e.g. ``"4.0"``; ``None`` without NVLink."""
+    nvlink_link_bytes_per_s: float | None = None
+    """One link's rate per direction: the driver's speed field where it answers, else the version's figure."""
+    nvlink_speed_from_driver: bool = False
+    """Whether ``nvlink_link_bytes_per_s`` came from the driver (``NVML_FI_DEV_NVLINK_GET_SPEED``)."""
+    temperature_slowdown_c: float | None = None
+    temperature_shutdown_c: float | None = None
+    temperature_gpu_max_c: float | None = None
+    """The GPU's own maximum operating temperature (``NVML_TEMPERATURE_THRESHOLD_GPU_MAX``)."""
+    temperature_memory_max_c: float | None = None
+    power_default_limit_w: float | None = None
+    power_min_limit_w: float | None = None
+    power_max_limit_w: float | None = None
+    clock_graphics_max_mhz: float | None = None
+    clock_sm_max_mhz: float | None = None
+    clock_memory_max_mhz: float | None = None
+    clock_video_max_mhz: float | None = None
+    fan_count: int | None = None
+    """Fans NVML reports (0 on passively cooled boards); ``None`` when NVML cannot say."""
+    ecc_enabled: bool | None = None
+    ecc_pending: bool | None = None
+    """ECC mode after the next reboot."""
+    memory_error_mechanism: str | None = None
+    """``"row remapping"`` (Ampere and later), ``"page retirement"`` (older), or ``None``."""
+    gpm_supported: bool = False
+    """Whether ``nvmlGpmQueryDeviceSupport`` says GPU performance metrics are available (Hopper and later)."""
 
     @property
     def has_nvlink(self) -> bool:
@@ -46,6 +75,78 @@ class GpuSample:
     nvlink_rx_bytes_per_s: float | None = None
     temperature_c: float | None = None
     power_w: float | None = None
+    memory_reserved_bytes: int | None = None
+    """Driver-reserved memory (``nvmlMemory_v2_t.reserved``); ``memory_used_bytes`` excludes it."""
+    memory_temperature_c: float | None = None
+    fan_speed_pct: float | None = None
+    """The first fan's intended speed, 0-100 % of its maximum."""
+    power_limit_w: float | None = None
+    """The enforced power limit."""
+    energy_mj: int | None = None
+    """Total energy since the driver was loaded (a counter, in millijoules)."""
+    pstate: int | None = None
+    """Performance state 0 (fastest) to 15; ``None`` when unknown."""
+    clock_graphics_mhz: float | None = None
+    clock_sm_mhz: float | None = None
+    clock_memory_mhz: float | None = None
+    clock_video_mhz: float | None = None
+    clock_event_reasons: int | None = None
+    """NVML's ``nvmlClocksEventReason*`` bitmask (decode with ``nvdash.health.clock_events``)."""
+    ecc_corrected_volatile: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_aggregate: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    remapped_rows_corrected: int | None = None
+    remapped_rows_uncorrected: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    retired_pages_sbe: int | None = None
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: bool | None = None
+    pcie_generation_current: int | None = None
+    pcie_width_current: int | None = None
+    pcie_replay_count: int | None = None
+    nvlink_partial: bool = False
+    """True when some active links did not answer: the NVLink rates are then a lower bound."""
+    nvlinks: tuple[NvLinkSample, ...] = ()
+    """Per-link state and error counters (read at the slow cadence); empty without NVLink."""
+    gpm_sm_active_pct: float | None = None
+    gpm_sm_occupancy_pct: float | None = None
+    gpm_tensor_active_pct: float | None = None
+    gpm_dram_active_pct: float | None = None
+    error: str | None = None
+    """Why this sweep has no reading for the GPU (an unexpected failure), else ``None``."""
+
+
+@dataclass(frozen=True, slots=True)
+class NvLinkSample:
+    """One NVLink link: whether it is up, and its error counters where the driver reports them."""
+
+    link: int
+    active: bool | None = None
+    crc_flit_errors: int | None = None
+    crc_data_errors: int | None = None
+    replay_errors: int | None = None
+    recovery_errors: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuEvent:
+    """Something that happened, not a level: an XID, an ECC increment, a throttling episode, a link change.
+
+    ``kind`` is one of ``EVENT_KINDS``; ``code`` is the XID number for ``"xid"``; ``severity`` is
+    ``"info"``, ``"warning"`` or ``"critical"``.
+    """
+
+    time_s: float
+    gpu_index: int | None
+    kind: str
+    message: str
+    severity: str = "info"
+    code: int | None = None
+
+
+EVENT_KINDS = ("xid", "ecc", "remap", "throttle", "link", "pcie", "lost", "health")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +191,9 @@ class Inventory:
     """A plain explanation when NVML could not be used (library missing, driver not loaded)."""
     simulated: str | None = None
     """The simulation profile's name, or ``None`` on real hardware."""
+    topology: tuple[tuple[str, ...], ...] = ()
+    """``topology[i][j]``: how GPU i reaches GPU j, as ``nvidia-smi topo -m`` writes it (``X``, ``NV18``,
+    ``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``); empty when NVML could not say."""
 
     @property
     def has_gpus(self) -> bool:
