@@ -8,8 +8,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
-from types import SimpleNamespace
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from nvdash.sampling.rates import CounterRate

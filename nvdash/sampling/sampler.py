@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from nvdash.sampling.records import GpuSample, HostSample, Snapshot
+from nvdash.sampling.records import GpuEvent, GpuSample, HostSample, Snapshot
 from nvdash.store import Store
 
 log = logging.getLogger(__name__)
@@ -21,6 +21,10 @@ class GpuReader(Protocol):
     """Anything that yields one sample per GPU within a time budget (the NVML source)."""
 
     def read(self, timeout_s: float) -> tuple[GpuSample, ...]: ...
+
+
+EventDeriver = Callable[[Snapshot | None, Snapshot], list[GpuEvent]]
+"""Turns the previous and the new snapshot into events (ECC increments, throttling episodes...)."""
 
 
 class HostReader(Protocol):
@@ -51,7 +55,9 @@ class Sampler:
         host: HostReader,
         gpus: GpuReader | None = None,
         interval_s: float = 0.5,
+        *,
         wall_clock: Callable[[], float] = time.time,
+        derive_events: EventDeriver | None = None,
     ) -> None:
         if interval_s < MIN_INTERVAL_S:
             raise ValueError(f"interval must be at least {MIN_INTERVAL_S} s")
@@ -60,6 +66,9 @@ class Sampler:
         self._gpus = gpus
         self._interval_s = interval_s
         self._wall_clock = wall_clock
+        self._derive_events = derive_events
+        self._previous: Snapshot | None = None
+        self._derive_errors = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sweeps = 0
@@ -83,11 +92,27 @@ class Sampler:
         gpus = self._gpus.read(self._interval_s * 0.8) if self._gpus is not None else ()
         snapshot = Snapshot(time_s=time_s, gpus=gpus, host=self._host.read())
         self._store.append(snapshot)
+        self._record_events(snapshot)
         elapsed = time.monotonic() - started
         self._sweeps += 1
         self._last_sweep_s = elapsed
         self._max_sweep_s = max(self._max_sweep_s, elapsed)
         return snapshot
+
+    def _record_events(self, snapshot: Snapshot) -> None:
+        """Derive this sweep's events; a failing rule costs the events, never the sweep."""
+        if self._derive_events is None:
+            return
+        previous, self._previous = self._previous, snapshot
+        try:
+            events = self._derive_events(previous, snapshot)
+        except Exception:
+            self._derive_errors += 1
+            if self._derive_errors == 1:
+                log.exception("deriving health events failed")
+            return
+        if events:
+            self._store.add_events(events)
 
     def start(self) -> None:
         """Start the thread (once); the first snapshot is taken at once."""
