@@ -36,9 +36,18 @@ Metric = Callable[[GpuSample], float | None]
 
 
 def columns(
-    gpus: Sequence[GpuInfo], maxima: Sequence[float | None], snapshot: Snapshot | None, tx: Metric, rx: Metric
+    gpus: Sequence[GpuInfo],
+    maxima: Sequence[float | None],
+    snapshot: Snapshot | None,
+    tx: Metric,
+    rx: Metric,
+    partial: Callable[[GpuSample], bool] | None = None,
 ) -> dict[str, list[Any]]:
-    """The bar source: TX, RX, the GPU's maximum (or the axis top when unknown, for hovering) and texts."""
+    """The bar source: TX, RX, the GPU's maximum (or the axis top when unknown, for hovering) and texts.
+
+    ``partial`` says when a reading is a lower bound (some NVLink links did not answer): its texts and label
+    say so rather than showing a silently smaller number.
+    """
     top = largest(maxima)
     data: dict[str, list[Any]] = {name: [] for name in (
         "gpu", "description", "tx", "rx", "max", "max_bar", "tx_text", "rx_text", "max_text", "note")}
@@ -52,10 +61,12 @@ def columns(
         data["rx"].append(nan_if_none(rx_value))
         data["max"].append(nan_if_none(maximum))
         data["max_bar"].append(nan_if_none(top if maximum is None else maximum))
-        data["tx_text"].append("GPU lost" if lost else format_rate_of(tx_value, maximum))
-        data["rx_text"].append("GPU lost" if lost else format_rate_of(rx_value, maximum))
+        is_partial = sample is not None and partial is not None and partial(sample)
+        suffix = " (partial: some links did not answer)" if is_partial else ""
+        data["tx_text"].append("GPU lost" if lost else format_rate_of(tx_value, maximum) + suffix)
+        data["rx_text"].append("GPU lost" if lost else format_rate_of(rx_value, maximum) + suffix)
         data["max_text"].append(f"{format_rate(maximum)} per direction")
-        data["note"].append("lost" if lost else "")
+        data["note"].append("lost" if lost else "partial" if is_partial else "")
     return data
 
 
@@ -68,11 +79,12 @@ def build_throughput(
     maximum: Callable[[GpuInfo], float | None],
     tx: Metric,
     rx: Metric,
+    partial: Callable[[GpuSample], bool] | None = None,
 ) -> None:
     """Grouped TX/RX bars per GPU over a pale bar at the GPU's own link maximum."""
     dark = apply_theme(doc)
     maxima = [maximum(gpu) for gpu in gpus]
-    source = follow_latest(doc, ctx, lambda snapshot: columns(gpus, maxima, snapshot, tx, rx))
+    source = follow_latest(doc, ctx, lambda snapshot: columns(gpus, maxima, snapshot, tx, rx, partial))
     fig = bar_figure(f"{title} per direction (pale bar: each GPU's link maximum)",
                      [gpu_label(gpu) for gpu in gpus], value_label="rate", unit=Unit.RATE,
                      maximum=largest(maxima), vertical=True)
