@@ -66,5 +66,6 @@ def open_hardware(
         driver_version=source.driver_version,
         nvml_error=nvml_error,
         simulated=simulate,
+        topology=source.topology,
     )
     return Hardware(inventory, host, source, fake, undo)

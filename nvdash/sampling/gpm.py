@@ -1,0 +1,77 @@
+"""GPU performance metrics (GPM, Hopper and later): SM, tensor and DRAM activity between two samples.
+
+NVML computes GPM metrics from two samples taken by ``nvmlGpmSampleGet``; each sweep takes one and asks for the
+metrics over the interval since the previous sweep's. Two sample buffers per GPU are allocated once and reused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from nvdash.sampling.nvml_device import Device, GpuLost, NvmlCaller
+
+GPM_METRICS = {
+    "gpm_sm_active_pct": 2,  # NVML_GPM_METRIC_SM_UTIL
+    "gpm_sm_occupancy_pct": 3,  # NVML_GPM_METRIC_SM_OCCUPANCY
+    "gpm_tensor_active_pct": 5,  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    "gpm_dram_active_pct": 10,  # NVML_GPM_METRIC_DRAM_BW_UTIL
+}
+"""Sample field -> ``nvmlGpmMetricId_t``; each metric is a percentage, 0.0-100.0."""
+
+
+class GpmReader:
+    """Takes a GPM sample per sweep and returns the metrics since the previous one."""
+
+    def __init__(self, caller: NvmlCaller) -> None:
+        self._caller = caller
+        self._nvml = caller.nvml
+        self._buffers: dict[int, list[Any]] = {}
+
+    def read(self, device: Device) -> dict[str, float | None]:
+        """The GPM metric fields of ``device`` (all ``None`` on the first sweep or when NVML cannot say)."""
+        empty: dict[str, float | None] = dict.fromkeys(GPM_METRICS)
+        if not self._caller.supported(device, "gpm"):
+            return empty
+        nvml = self._nvml
+        try:
+            buffers = self._buffers.get(device.index)
+            if buffers is None:
+                buffers = [self._caller.call(nvml.nvmlGpmSampleAlloc) for _ in range(2)]
+                self._buffers[device.index] = buffers
+            current = buffers[0] if device.gpm_previous is not buffers[0] else buffers[1]
+            self._caller.call(nvml.nvmlGpmSampleGet, device.handle, current)
+            previous, device.gpm_previous = device.gpm_previous, current
+            if previous is None:
+                return empty
+            request = nvml.c_nvmlGpmMetricsGet_t()
+            request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = len(GPM_METRICS)
+            request.sample1 = previous
+            request.sample2 = current
+            for slot, metric_id in enumerate(GPM_METRICS.values()):
+                request.metrics[slot].metricId = metric_id
+            answer = self._caller.call(nvml.nvmlGpmMetricsGet, request)
+        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
+            device.unsupported.add("gpm")
+            return empty
+        except nvml.NVMLError_GpuIsLost:
+            raise GpuLost from None
+        except nvml.NVMLError:
+            device.gpm_previous = None
+            return empty
+        result = dict(empty)
+        for slot, name in enumerate(GPM_METRICS):
+            metric = answer.metrics[slot]
+            if metric.nvmlReturn == nvml.NVML_SUCCESS:
+                result[name] = min(max(float(metric.value), 0.0), 100.0)
+        return result
+
+    def close(self) -> None:
+        """Free the sample buffers (errors ignored: NVML may already be shut down)."""
+        nvml = self._nvml
+        for buffers in self._buffers.values():
+            for buffer in buffers:
+                with contextlib.suppress(nvml.NVMLError):
+                    self._caller.call(nvml.nvmlGpmSampleFree, buffer)
+        self._buffers.clear()

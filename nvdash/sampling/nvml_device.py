@@ -1,0 +1,93 @@
+"""One GPU as the NVML source sees it: its handle, what it supports, and the way every call is made.
+
+Nothing here imports pynvml: the module object is handed in, so the fake library can stand in for the real
+one. Every call goes through :class:`NvmlCaller`, which counts calls and turns NVML's errors into the three
+outcomes the readers care about: a value, "not supported here" (remembered, never asked again), or a lost GPU.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, TypeVar
+
+from nvdash.sampling.rates import CounterRate
+from nvdash.sampling.records import GpuInfo, GpuSample
+
+T = TypeVar("T")
+
+
+class GpuLost(Exception):
+    """Raised inside a device read when NVML reports the GPU lost (fallen off the bus)."""
+
+
+@dataclass
+class Device:
+    """One GPU's cached handle, learnt capabilities and counter state."""
+
+    index: int
+    handle: Any
+    info: GpuInfo
+    unsupported: set[str] = field(default_factory=set)
+    pcie_counters: bool = False
+    nvlink_links: tuple[int, ...] = ()
+    """Links whose state NVML answers for (up or down): their state and errors are watched."""
+    nvlink_active: tuple[int, ...] = ()
+    """Links that were up at start: they carry the throughput counters and make the NVLink maximum."""
+    field_ids: list[tuple[int, int]] = field(default_factory=list)
+    rates: dict[tuple[int, int], CounterRate] = field(default_factory=dict)
+    lost: bool = False
+    pending: Future[GpuSample] | None = None
+    slow_values: dict[str, Any] = field(default_factory=dict)
+    """The readings taken at the slow cadence (ECC, remapped rows, link errors), carried between reads."""
+    slow_due_s: float = 0.0
+    """Monotonic time at which the slow readings are next taken."""
+    gpm_previous: Any = None
+    """The previous GPM sample (an NVML sample handle), the start of the next metrics interval."""
+    error_logged: bool = False
+
+
+class NvmlCaller:
+    """Calls NVML functions on behalf of the source: counts them and classifies their errors."""
+
+    def __init__(self, nvml: ModuleType) -> None:
+        self.nvml = nvml
+        self._calls = 0
+        self._lock = threading.Lock()
+
+    @property
+    def calls(self) -> int:
+        """How many NVML functions were called so far."""
+        with self._lock:
+            return self._calls
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Call ``fn`` and count it; NVML errors propagate."""
+        with self._lock:
+            self._calls += 1
+        return fn(*args)
+
+    def optional(self, device: Device, metric: str, fn: Callable[..., T], *args: Any) -> T | None:
+        """``fn(handle, *args)``, or ``None`` when unsupported (remembered per device) or failing this time.
+
+        A lost GPU raises :class:`GpuLost`. A function missing from the driver counts as unsupported.
+        """
+        nvml = self.nvml
+        if metric in device.unsupported:
+            return None
+        try:
+            return self.call(fn, device.handle, *args)
+        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
+            device.unsupported.add(metric)
+        except nvml.NVMLError_GpuIsLost:
+            raise GpuLost from None
+        except nvml.NVMLError:
+            pass
+        return None
+
+    def supported(self, device: Device, metric: str) -> bool:
+        """False once ``metric`` was found unsupported on ``device``."""
+        return metric not in device.unsupported

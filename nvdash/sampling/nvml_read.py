@@ -1,0 +1,244 @@
+"""One sweep's reading of one GPU: fast readings every sweep, health counters at a slower cadence."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from nvdash.sampling.gpm import GpmReader
+from nvdash.sampling.nvml_device import Device, NvmlCaller
+from nvdash.sampling.nvml_probe import (
+    CLOCK_TYPES,
+    FI_MEMORY_TEMP,
+    FI_NVLINK_THROUGHPUT_DATA_RX,
+    FI_NVLINK_THROUGHPUT_DATA_TX,
+    FI_PCIE_COUNT_RX_BYTES,
+    FI_PCIE_COUNT_TX_BYTES,
+    NVLINK_THROUGHPUT_FIELDS,
+)
+from nvdash.sampling.rates import CounterRate
+from nvdash.sampling.records import GpuSample, NvLinkSample
+
+PCIE_UTIL_TX_BYTES = 0
+PCIE_UTIL_RX_BYTES = 1
+PCIE_THROUGHPUT_KB_BYTES = 1024
+"""``nvmlDeviceGetPcieThroughput`` answers in "KB/s"; nvdash reads that KB as 1024 bytes (KiB), like NVML's
+other KB-denominated figures (the NVLink throughput counters are documented in KiB)."""
+TEMPERATURE_GPU = 0
+ECC_COUNTERS = {
+    "ecc_corrected_volatile": (0, 0),
+    "ecc_uncorrected_volatile": (1, 0),
+    "ecc_corrected_aggregate": (0, 1),
+    "ecc_uncorrected_aggregate": (1, 1),
+}
+"""Sample field -> (nvmlMemoryErrorType_t, nvmlEccCounterType_t)."""
+NVLINK_ERROR_COUNTERS = {"replay_errors": 0, "recovery_errors": 1, "crc_flit_errors": 2, "crc_data_errors": 3}
+"""NvLinkSample field -> ``nvmlNvLinkErrorCounter_t``."""
+PAGE_RETIREMENT_CAUSES = {"retired_pages_sbe": 0, "retired_pages_dbe": 1}
+"""Sample field -> ``nvmlPageRetirementCause_t``."""
+SLOW_INTERVAL_S = 5.0
+"""Seconds between readings of the health counters (ECC, remapped rows, retired pages, NVLink errors)."""
+
+
+class DeviceReader:
+    """Reads one :class:`GpuSample` of a device through an :class:`NvmlCaller`."""
+
+    def __init__(
+        self,
+        caller: NvmlCaller,
+        slow_interval_s: float = SLOW_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._caller = caller
+        self._nvml = caller.nvml
+        self._slow_interval_s = slow_interval_s
+        self._clock = clock
+        self._gpm = GpmReader(caller)
+
+    def _get(self, device: Device, metric: str, fn: Callable[..., Any], *args: Any) -> Any:
+        return self._caller.optional(device, metric, fn, *args)
+
+    def read(self, device: Device) -> GpuSample:
+        """The device's reading now; raises ``GpuLost`` when NVML says it is gone."""
+        values: dict[str, Any] = {}
+        values.update(self._basics(device))
+        values.update(self._counters(device))
+        values.update(self._power(device))
+        values.update(self._clocks(device))
+        values.update(self._pcie(device))
+        if device.info.gpm_supported:
+            values.update(self._gpm.read(device))
+        now = self._clock()
+        if now >= device.slow_due_s:
+            device.slow_due_s = now + self._slow_interval_s
+            device.slow_values = self._slow(device)
+        values.update(device.slow_values)
+        return GpuSample(index=device.index, **values)
+
+    def _basics(self, device: Device) -> dict[str, Any]:
+        nvml = self._nvml
+        utilization = self._get(device, "utilization", nvml.nvmlDeviceGetUtilizationRates)
+        memory = self._memory(device)
+        temperature = self._get(device, "temperature", nvml.nvmlDeviceGetTemperature, TEMPERATURE_GPU)
+        fan = None
+        if device.info.fan_count:
+            fan = self._get(device, "fan_speed", nvml.nvmlDeviceGetFanSpeed)
+        reserved = getattr(memory, "reserved", None) if memory is not None else None
+        return {
+            "utilization_pct": float(utilization.gpu) if utilization is not None else None,
+            "memory_used_bytes": int(memory.used) if memory is not None else None,
+            "memory_total_bytes": int(memory.total) if memory is not None else None,
+            "memory_reserved_bytes": int(reserved) if reserved is not None else None,
+            "temperature_c": float(temperature) if temperature is not None else None,
+            "fan_speed_pct": float(fan) if fan is not None else None,
+        }
+
+    def _memory(self, device: Device) -> Any:
+        """``nvmlMemory_v2_t`` (used excludes driver-reserved memory, as nvidia-smi shows); v1 on older drivers."""
+        nvml = self._nvml
+        if self._caller.supported(device, "memory_v2"):
+            version = getattr(nvml, "nvmlMemory_v2", None)
+            if version is not None:
+                v2 = functools.partial(nvml.nvmlDeviceGetMemoryInfo, version=version)
+                memory = self._get(device, "memory_v2", v2)
+                if memory is not None:
+                    return memory
+                if self._caller.supported(device, "memory_v2"):
+                    return None
+            else:
+                device.unsupported.add("memory_v2")
+        return self._get(device, "memory", nvml.nvmlDeviceGetMemoryInfo)
+
+    def _counters(self, device: Device) -> dict[str, Any]:
+        """Rates and readings from the device's field values, one call for all of them."""
+        values: dict[str, Any] = {}
+        fields = self._field_values(device)
+        if device.pcie_counters:
+            values["pcie_tx_bytes_per_s"] = fields.get((FI_PCIE_COUNT_TX_BYTES, 0))
+            values["pcie_rx_bytes_per_s"] = fields.get((FI_PCIE_COUNT_RX_BYTES, 0))
+        else:
+            values["pcie_tx_bytes_per_s"] = self._pcie_throughput(device, PCIE_UTIL_TX_BYTES)
+            values["pcie_rx_bytes_per_s"] = self._pcie_throughput(device, PCIE_UTIL_RX_BYTES)
+        if device.nvlink_active:
+            tx, tx_partial = sum_links(fields, FI_NVLINK_THROUGHPUT_DATA_TX, device.nvlink_active)
+            rx, rx_partial = sum_links(fields, FI_NVLINK_THROUGHPUT_DATA_RX, device.nvlink_active)
+            values["nvlink_tx_bytes_per_s"] = tx
+            values["nvlink_rx_bytes_per_s"] = rx
+            values["nvlink_partial"] = tx_partial or rx_partial
+        values["memory_temperature_c"] = fields.get((FI_MEMORY_TEMP, 0))
+        return values
+
+    def _field_values(self, device: Device) -> dict[tuple[int, int], float | None]:
+        """Each field's value (counters turned into rates with the values' own timestamps); None if it failed."""
+        if not device.field_ids:
+            return {}
+        nvml = self._nvml
+        answer = self._get(device, "field_values", nvml.nvmlDeviceGetFieldValues, device.field_ids)
+        if answer is None:
+            return {}
+        result: dict[tuple[int, int], float | None] = {}
+        for key, value in zip(device.field_ids, answer, strict=True):
+            if value.nvmlReturn != nvml.NVML_SUCCESS:
+                result[key] = None
+            elif key[0] == FI_MEMORY_TEMP:
+                result[key] = float(value.value.uiVal if value.valueType == 1 else value.value.ullVal)
+            else:
+                scale = 1024.0 if key[0] in NVLINK_THROUGHPUT_FIELDS else 1.0
+                rate = device.rates.setdefault(key, CounterRate(scale=scale))
+                result[key] = rate.update(int(value.value.ullVal), value.timestamp / 1e6)
+        return result
+
+    def _pcie_throughput(self, device: Device, counter: int) -> float | None:
+        metric = "pcie_throughput_tx" if counter == PCIE_UTIL_TX_BYTES else "pcie_throughput_rx"
+        kb_per_s = self._get(device, metric, self._nvml.nvmlDeviceGetPcieThroughput, counter)
+        return float(kb_per_s) * PCIE_THROUGHPUT_KB_BYTES if kb_per_s is not None else None
+
+    def _power(self, device: Device) -> dict[str, Any]:
+        nvml = self._nvml
+        power_mw = self._get(device, "power", nvml.nvmlDeviceGetPowerUsage)
+        limit_mw = self._get(device, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit)
+        energy_mj = self._get(device, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption)
+        pstate = self._get(device, "pstate", nvml.nvmlDeviceGetPerformanceState)
+        return {
+            "power_w": power_mw / 1000.0 if power_mw is not None else None,
+            "power_limit_w": limit_mw / 1000.0 if limit_mw is not None else None,
+            "energy_mj": int(energy_mj) if energy_mj is not None else None,
+            "pstate": int(pstate) if pstate is not None and 0 <= int(pstate) <= 15 else None,
+        }
+
+    def _clocks(self, device: Device) -> dict[str, Any]:
+        nvml = self._nvml
+        values: dict[str, Any] = {}
+        for name, code in CLOCK_TYPES.items():
+            mhz = self._get(device, f"clock_{name}", nvml.nvmlDeviceGetClockInfo, code)
+            values[f"clock_{name}_mhz"] = float(mhz) if mhz is not None else None
+        reasons = self._get(device, "clock_events", nvml.nvmlDeviceGetCurrentClocksEventReasons)
+        if reasons is None and not self._caller.supported(device, "clock_events"):
+            reasons = self._get(device, "clock_throttle", nvml.nvmlDeviceGetCurrentClocksThrottleReasons)
+        values["clock_event_reasons"] = int(reasons) if reasons is not None else None
+        return values
+
+    def _pcie(self, device: Device) -> dict[str, Any]:
+        nvml = self._nvml
+        generation = self._get(device, "pcie_generation_current", nvml.nvmlDeviceGetCurrPcieLinkGeneration)
+        width = self._get(device, "pcie_width_current", nvml.nvmlDeviceGetCurrPcieLinkWidth)
+        replay = self._get(device, "pcie_replay", nvml.nvmlDeviceGetPcieReplayCounter)
+        return {
+            "pcie_generation_current": int(generation) if generation else None,
+            "pcie_width_current": int(width) if width else None,
+            "pcie_replay_count": int(replay) if replay is not None else None,
+        }
+
+    def _slow(self, device: Device) -> dict[str, Any]:
+        """ECC, remapped rows, retired pages and per-link NVLink state and errors."""
+        nvml = self._nvml
+        values: dict[str, Any] = {}
+        if device.info.ecc_enabled:
+            for name, (error_type, counter_type) in ECC_COUNTERS.items():
+                count = self._get(device, name, nvml.nvmlDeviceGetTotalEccErrors, error_type, counter_type)
+                values[name] = int(count) if count is not None else None
+        mechanism = device.info.memory_error_mechanism
+        if mechanism == "row remapping":
+            rows = self._get(device, "remapped_rows", nvml.nvmlDeviceGetRemappedRows)
+            if rows is not None:
+                corrected, uncorrected, pending, failure = rows
+                values.update(
+                    remapped_rows_corrected=int(corrected),
+                    remapped_rows_uncorrected=int(uncorrected),
+                    remap_pending=bool(pending),
+                    remap_failure=bool(failure),
+                )
+        elif mechanism == "page retirement":
+            for name, cause in PAGE_RETIREMENT_CAUSES.items():
+                pages = self._get(device, name, nvml.nvmlDeviceGetRetiredPages, cause)
+                values[name] = len(pages) if pages is not None else None
+            pending = self._get(device, "retired_pending", nvml.nvmlDeviceGetRetiredPagesPendingStatus)
+            values["retired_pages_pending"] = bool(pending) if pending is not None else None
+        if device.nvlink_links:
+            values["nvlinks"] = tuple(self._link(device, link) for link in device.nvlink_links)
+        return values
+
+    def _link(self, device: Device, link: int) -> NvLinkSample:
+        nvml = self._nvml
+        state = self._link_value(device, "nvlink_state", nvml.nvmlDeviceGetNvLinkState, link)
+        counters = {
+            name: self._link_value(device, f"nvlink_error_{name}", nvml.nvmlDeviceGetNvLinkErrorCounter, link, code)
+            for name, code in NVLINK_ERROR_COUNTERS.items()
+        }
+        return NvLinkSample(link=link, active=bool(state) if state is not None else None, **counters)
+
+    def _link_value(self, device: Device, metric: str, fn: Callable[..., Any], *args: Any) -> int | None:
+        value = self._get(device, metric, fn, *args)
+        return int(value) if value is not None else None
+
+
+def sum_links(
+    rates: dict[tuple[int, int], float | None], field_id: int, links: tuple[int, ...]
+) -> tuple[float | None, bool]:
+    """(sum of the per-link rates, whether some link had no rate); the sum is ``None`` when no link has one."""
+    known = [rate for link in links if (rate := rates.get((field_id, link))) is not None]
+    if not known:
+        return None, False
+    return float(sum(known)), len(known) < len(links)
