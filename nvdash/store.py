@@ -30,6 +30,7 @@ class Store:
         self._rows: deque[Snapshot] = deque(maxlen=capacity)
         self._last_seq = 0
         self._events: deque[GpuEvent] = deque(maxlen=event_capacity)
+        self._info_events: deque[GpuEvent] = deque(maxlen=event_capacity)
         self._event_seq = 0
         self._lock = threading.Lock()
 
@@ -79,9 +80,14 @@ class Store:
             return self._rows[-1] if self._rows else None
 
     def add_events(self, events: list[GpuEvent]) -> int:
-        """Record events (from any thread), dropping the oldest beyond capacity; returns the newest event number."""
+        """Record events (from any thread); returns how many events were ever added.
+
+        Informational events and warnings/critical ones are kept in separate rings of ``event_capacity`` each, so
+        a flood of routine events (power-cap episodes) never pushes an XID out of the log.
+        """
         with self._lock:
-            self._events.extend(events)
+            for event in events:
+                (self._info_events if event.severity == "info" else self._events).append(event)
             self._event_seq += len(events)
             return self._event_seq
 
@@ -94,5 +100,5 @@ class Store:
     def events(self, limit: int | None = None) -> list[GpuEvent]:
         """The kept events, oldest first; only the newest ``limit`` when given."""
         with self._lock:
-            kept = list(self._events)
+            kept = sorted([*self._events, *self._info_events], key=lambda event: event.time_s)
         return kept if limit is None else kept[-limit:] if limit > 0 else []

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from nvdash.sampling.records import HostInfo, HostSample, Inventory, Snapshot
+from nvdash.sampling.records import GpuEvent, HostInfo, HostSample, Inventory, Snapshot
 from nvdash.store import Store
 
 
@@ -75,3 +75,17 @@ def test_concurrent_writer_and_readers_see_every_kept_row_in_order() -> None:
         assert values == sorted(values)
         assert len(values) == len(set(values))
         assert values[-1] == 1999.0
+
+
+def test_routine_events_never_push_warnings_out_of_the_log() -> None:
+    store = Store(_inventory(), capacity=10, event_capacity=5)
+    xid = GpuEvent(10.0, 3, "xid", "XID 79", "critical", 79)
+    store.add_events([xid])
+    store.add_events([GpuEvent(10.0 + i, 0, "throttle", "SW power cap", "info") for i in range(1, 50)])
+    kept = store.events()
+    assert xid in kept, "the XID outlives a flood of informational events"
+    assert len(kept) == 6
+    assert [event.time_s for event in kept] == sorted(event.time_s for event in kept)
+    assert store.event_seq == 50
+    assert store.events(limit=2) == kept[-2:]
+    assert store.events(limit=0) == []
