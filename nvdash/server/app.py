@@ -17,6 +17,7 @@ from tornado.ioloop import IOLoop
 from tornado.web import RequestHandler
 
 from nvdash.apps import APPS, AppContext, AppSpec, unavailable_reason
+from nvdash.health.status import evaluate
 from nvdash.sampling.sampler import Sampler
 from nvdash.server.loop_monitor import LoopMonitor
 from nvdash.server.pages import (
@@ -27,6 +28,7 @@ from nvdash.server.pages import (
     render_index,
     render_unavailable,
 )
+from nvdash.server.snapshot import snapshot_json
 from nvdash.settings import Settings
 from nvdash.store import Store
 
@@ -45,6 +47,8 @@ class Runtime:
     loop_monitor: LoopMonitor = field(default_factory=LoopMonitor)
     started_at: float = field(default_factory=time.time)
     """When this server process started (wall clock); a client sees a restart by its change."""
+    xid_status: str = "not started"
+    """``watching``, or why XID events are not watched."""
 
 
 def websocket_origins(settings: Settings) -> list[str]:
@@ -91,6 +95,8 @@ def health(
         "nvml_calls": runtime.nvml_calls(),
         "event_loop": runtime.loop_monitor.report(reset_window=reset),
         "sessions": sessions,
+        "xid_events": runtime.xid_status,
+        "events": runtime.store.event_seq,
     }
     if runtime.fake_nvml_calls is not None:
         result["fake_nvml_calls"] = runtime.fake_nvml_calls()
@@ -118,12 +124,17 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
             unavailable_routes.append(
                 (spec.route + "/?", HtmlHandler, {"render": (lambda page=page: page), "status": 404})
             )
-    index_page = render_index(inventory, prefix, settings.interval_s, store.capacity, PROFILES_HINT)
+
+    def index_page() -> str:
+        health = evaluate(inventory, store.latest(), store.events(), time.time())
+        return render_index(inventory, prefix, settings.interval_s, store.capacity, PROFILES_HINT, health=health)
+
     holder: list[Server] = []
     extra: list[tuple[str, type[RequestHandler], dict[str, Any]]] = [
-        (r"/", HtmlHandler, {"render": lambda: index_page}),
+        (r"/", HtmlHandler, {"render": index_page}),
         (r"/index\.json", JsonHandler, {"produce": lambda _h: index_json(inventory)}),
         (r"/info\.json", JsonHandler, {"produce": lambda _h: info_json(inventory)}),
+        (r"/api/snapshot\.json", JsonHandler, {"produce": lambda _h: snapshot_json(store)}),
         (
             r"/health",
             JsonHandler,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -11,6 +11,7 @@ from jinja2 import Environment, select_autoescape
 from tornado.web import RequestHandler
 
 from nvdash.apps import APPS, AppSpec, available_apps, unavailable_reason
+from nvdash.health.status import GpuHealth
 from nvdash.sampling.records import Inventory
 from nvdash.units import format_bytes, format_rate
 
@@ -51,10 +52,20 @@ def info_json(inventory: Inventory) -> dict[str, Any]:
     }
 
 
-def render_index(inventory: Inventory, prefix: str, interval_s: float, history: int, profiles: str) -> str:
-    """The bookmarkable HTML index."""
+def render_index(
+    inventory: Inventory,
+    prefix: str,
+    interval_s: float,
+    history: int,
+    profiles: str,
+    *,
+    health: Sequence[GpuHealth] = (),
+) -> str:
+    """The bookmarkable HTML index; ``health`` gives each GPU's current status and its first reason."""
+    by_index = {item.index: item for item in health}
     gpus = [
         {
+            "health": _health_cell(by_index.get(gpu.index)),
             "index": gpu.index,
             "name": gpu.name,
             "memory": format_bytes(gpu.memory_total_bytes),
@@ -90,6 +101,16 @@ def render_index(inventory: Inventory, prefix: str, interval_s: float, history: 
             history=f"{history} samples",
         )
     )
+
+
+def _health_cell(health: GpuHealth | None) -> dict[str, str]:
+    if health is None:
+        return {"status": "unknown", "label": "unknown", "reason": "no reading yet"}
+    reason = health.findings[0].text if health.findings else ""
+    more = len(health.findings) - 1
+    if more > 0:
+        reason += f" (+{more} more)"
+    return {"status": health.status.value, "label": health.status.name.title(), "reason": reason}
 
 
 def _unavailable_by_reason(inventory: Inventory) -> list[dict[str, str]]:

@@ -8,7 +8,9 @@ import signal
 import sys
 from types import FrameType
 
+from nvdash.health.events import detect_events
 from nvdash.sampling.hardware import Hardware, open_hardware
+from nvdash.sampling.records import GpuEvent, Snapshot
 from nvdash.sampling.sampler import Sampler
 from nvdash.server import gc_policy
 from nvdash.server.app import Runtime, make_server
@@ -27,7 +29,12 @@ def start_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
     except ValueError as error:
         raise StartupError(str(error)) from None
     store = Store(hardware.inventory, capacity=settings.history)
-    sampler = Sampler(store, hardware.host, hardware.gpus, interval_s=settings.interval_s)
+    inventory = hardware.inventory
+
+    def derive(previous: Snapshot | None, current: Snapshot) -> list[GpuEvent]:
+        return detect_events(inventory, previous, current)
+
+    sampler = Sampler(store, hardware.host, hardware.gpus, interval_s=settings.interval_s, derive_events=derive)
     gpus = hardware.gpus
     fake = hardware.fake
     runtime = Runtime(
@@ -65,6 +72,13 @@ def serve(settings: Settings) -> int:
         gc_policy.tune_thresholds()
         gc_policy.freeze_startup_objects()
         runtime.sampler.start()
+        if hardware.gpus is not None:
+            store = runtime.store
+
+            def record(event: GpuEvent) -> None:
+                store.add_events([event])
+
+            runtime.xid_status = hardware.gpus.watch_xids(record) or "watching"
         server.start()
         runtime.loop_monitor.start(server.io_loop)
         host = "localhost" if settings.host in ("127.0.0.1", "0.0.0.0", "::", "") else settings.host

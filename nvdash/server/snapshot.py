@@ -1,0 +1,99 @@
+"""``/api/snapshot.json``: the latest reading of every GPU and the host, health with reasons, recent events.
+
+Every value comes from the store (never from NVML) with its unit in its name; ``null`` means unsupported or not
+read yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from nvdash.health.clock_events import decode_reasons
+from nvdash.health.status import GpuHealth, evaluate
+from nvdash.health.xid import xid_info
+from nvdash.sampling.records import GpuEvent, GpuInfo, GpuSample, Snapshot
+from nvdash.store import Store
+
+RECENT_EVENTS = 50
+
+
+def _info_fields(info: GpuInfo) -> dict[str, Any]:
+    fields = dataclasses.asdict(info)
+    fields.pop("index")
+    return fields
+
+
+def _sample_fields(sample: GpuSample | None) -> dict[str, Any]:
+    """Every reading field (all ``null`` before the first sweep), plus decoded clock event reasons."""
+    fields = dataclasses.asdict(sample if sample is not None else GpuSample(-1))
+    fields.pop("index")
+    mask = fields["clock_event_reasons"]
+    fields["clock_event_reason_names"] = None if mask is None else [r.name for r in decode_reasons(mask)]
+    fields["reading"] = sample is not None
+    return fields
+
+
+def _health_fields(health: GpuHealth | None) -> dict[str, Any]:
+    if health is None:
+        return {"status": "unknown", "reasons": []}
+    return {
+        "status": health.status.value,
+        "reasons": [
+            {"status": finding.status.value, "kind": finding.kind, "text": finding.text}
+            for finding in health.findings
+        ],
+    }
+
+
+def event_json(event: GpuEvent) -> dict[str, Any]:
+    """One event, with the XID catalog's meaning and advice for an XID."""
+    result: dict[str, Any] = {
+        "time_s": event.time_s,
+        "gpu": event.gpu_index,
+        "kind": event.kind,
+        "severity": event.severity,
+        "code": event.code,
+        "message": event.message,
+    }
+    if event.kind == "xid" and event.code is not None:
+        xid = xid_info(event.code)
+        result["meaning"] = xid.meaning
+        result["action"] = xid.action
+        result["severity"] = xid.severity
+    return result
+
+
+def snapshot_json(store: Store, now: Callable[[], float] = time.time) -> dict[str, Any]:
+    """The document ``/api/snapshot.json`` serves."""
+    inventory = store.inventory
+    latest: Snapshot | None = store.latest()
+    events = store.events()
+    health = {item.index: item for item in evaluate(inventory, latest, events, now())}
+    samples = {sample.index: sample for sample in latest.gpus} if latest is not None else {}
+    gpus = []
+    for info in inventory.gpus:
+        entry: dict[str, Any] = {"index": info.index}
+        entry.update(_info_fields(info))
+        entry.update(_sample_fields(samples.get(info.index)))
+        entry["health"] = _health_fields(health.get(info.index))
+        gpus.append(entry)
+    host = dataclasses.asdict(latest.host) if latest is not None else None
+    if host is not None:
+        host.update(
+            hostname=inventory.host.hostname,
+            cpu_count=inventory.host.cpu_count,
+        )
+    return {
+        "time_s": latest.time_s if latest is not None else None,
+        "hostname": inventory.host.hostname,
+        "driver_version": inventory.driver_version,
+        "simulated": inventory.simulated,
+        "nvml_error": inventory.nvml_error,
+        "gpus": gpus,
+        "host": host,
+        "topology": [list(row) for row in inventory.topology],
+        "events": [event_json(event) for event in reversed(events[-RECENT_EVENTS:])],
+    }
