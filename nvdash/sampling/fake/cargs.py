@@ -44,3 +44,9 @@ def store_string(buffer: object, size: object, text: str) -> bool:
         return False
     ctypes.memmove(buffer, data + b"\0", len(data) + 1)  # type: ignore[arg-type]
     return True
+
+
+def store_pointer_field(struct: Any, name: str, address: int) -> None:
+    """Write ``address`` into the pointer field ``name`` of a ctypes structure."""
+    offset = getattr(type(struct), name).offset
+    ctypes.c_void_p.from_address(ctypes.addressof(struct) + offset).value = address

@@ -7,17 +7,21 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
-FaultKind = Literal["lose", "slow", "unsupported", "fail_init"]
+_MAX_XID = 1000
+FaultKind = Literal["lose", "slow", "unsupported", "fail_init", "xid"]
 
 SPEC_SYNTAX = (
     "expected ITEM[;ITEM...], each ITEM one of lose:DEVICE, slow:FUNCTION:SECONDS[:DEVICE], "
-    "unsupported:FUNCTION[:DEVICE] or fail_init:CODE, optionally followed by @SECONDS after start"
+    "unsupported:FUNCTION[:DEVICE], fail_init:CODE or xid:CODE:DEVICE, optionally followed by @SECONDS after start"
 )
 
 
 @dataclass(frozen=True)
 class Fault:
-    """One fault; ``device`` None means every device. ``at_s``: seconds after the library was created."""
+    """One fault; ``device`` None means every device. ``at_s``: seconds after the library was created.
+
+    ``code`` is the NVML return code of ``fail_init`` and the XID of ``xid``.
+    """
 
     kind: FaultKind
     function: str | None = None
@@ -81,11 +85,19 @@ def _parse_item(item: str, functions: Collection[str], gpu_count: int) -> Fault:
         if code <= 0:
             raise ValueError(f"code {code} must be a positive NVML error code")
         return Fault("fail_init", code=code, at_s=at_s)
+    if kind == "xid" and len(params) == 2:
+        code = _integer(params[0], "XID")
+        if not 0 < code < _MAX_XID:
+            raise ValueError(f"XID {code} must be between 1 and {_MAX_XID - 1}")
+        return Fault("xid", code=code, device=check_device(_integer(params[1], "device"), gpu_count), at_s=at_s)
     raise ValueError("unknown fault or wrong number of fields")
 
 
 def parse_faults(spec: str, functions: Collection[str], gpu_count: int) -> list[Fault]:
     """Parse e.g. ``"lose:3@5;slow:nvmlDeviceGetUtilizationRates:2@0;unsupported:nvmlDeviceGetPowerUsage"``.
+
+    ``xid:CODE:DEVICE`` sends XID ``CODE`` to the event sets registered for ``DEVICE`` (with the counter
+    changes a real driver shows for 48, 63, 64, 94 and 95); ``lose:DEVICE`` also sends XID 79.
 
     Raises ValueError with a one-line message naming the bad item; nothing is applied then.
     """
@@ -136,6 +148,7 @@ class FaultState:
             self._slow[(fault.function, fault.device)] = fault.seconds
         elif fault.kind == "fail_init":
             self.init_code = fault.code
+        # "xid" faults are events, delivered by the driver's event sets.
 
     def is_lost(self, device: int | None) -> bool:
         """Whether ``device`` has fallen off the bus."""

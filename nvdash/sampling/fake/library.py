@@ -59,7 +59,7 @@ class FakeNvmlLibrary:
         self._clock = clock
         self._latency_scale = latency_scale
         self._created_at = clock()
-        self._driver = FakeDriver(profile, seed, self._created_at)
+        self._driver = FakeDriver(profile, seed, self._created_at, clock)
         self._specs = self._driver.specs()
         self._entry_points = {name: EntryPoint(name, self._dispatch) for name in self._specs}
         self._lock = threading.Lock()
@@ -108,8 +108,12 @@ class FakeNvmlLibrary:
         self._add(Fault("unsupported", function=check_function(function, self._specs), device=self._device(device)))
 
     def lose_gpu(self, device: int) -> None:
-        """From now on every call on ``device`` answers NVML_ERROR_GPU_IS_LOST."""
+        """From now on every call on ``device`` answers NVML_ERROR_GPU_IS_LOST; event sets get XID 79."""
         self._add(Fault("lose", device=self._device(device)))
+
+    def xid(self, code: int, device: int) -> None:
+        """Send XID ``code`` on ``device`` now, with its side effects (see ``faults.parse_faults``)."""
+        self._add(Fault("xid", code=code, device=self._device(device)))
 
     def slow(self, function: str, seconds: float, device: int | None = None) -> None:
         """Make ``function`` take ``seconds`` (not scaled by ``latency_scale``) on ``device`` or on all."""
@@ -129,8 +133,12 @@ class FakeNvmlLibrary:
 
     def _add(self, fault: Fault) -> None:
         elapsed = self._clock() - self._created_at
-        with self._lock:
-            self._faults.add(fault, elapsed)
+        if fault.device is not None and fault.kind in ("xid", "lose"):
+            xid = fault.code if fault.kind == "xid" else c.XID_FALLEN_OFF_BUS
+            self._driver.inject_xid(fault.device, xid, max(fault.at_s, elapsed))
+        if fault.kind != "xid":
+            with self._lock:
+                self._faults.add(fault, elapsed)
 
     # Accounting
 

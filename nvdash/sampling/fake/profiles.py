@@ -1,17 +1,130 @@
-"""Machine profiles the fake NVML can impersonate: what each GPU model reports and supports."""
+"""Machine profiles the fake NVML can impersonate: what each GPU model reports and supports.
+
+Static values come from real ``nvidia-smi -q`` captures of each model (thresholds, power limits, clocks, PCI
+ids, bus ids) and from NVML's definitions; ``Profile`` field docstrings say where a value is an assumption.
+
+Health scenario (deterministic: the same timeline for every seed; the seed varies the workload only). Times
+are seconds after the library was created.
+
+``dgx-h100``
+    - GPU 3: PCIe link trained down to x8 (max x16; generation stays Gen5) for the whole run, which halves
+      its PCIe bandwidth.
+    - GPU 2: PCIe replay counter rising slowly, about 3 per minute.
+    - GPU 1: one correctable DRAM ECC error (volatile and aggregate +1, single-bit-ECC event) at 30 s and
+      every 20 s after.
+    - GPU 4: at 60 s an uncorrectable ECC error: volatile and aggregate uncorrected +1 with a double-bit-ECC
+      event and XID 48, XID 94 (contained) 1 ms later and XID 63 (row remap recorded) 2 ms later, after which
+      one uncorrectable row is remapped and pending until reset (for the rest of the run).
+    - GPU 0: a thermal episode of 14 s every ~2 min (every n workload cycles, n = round(120 s / cycle)),
+      the first at 90 s: the temperature ramps up over 15 s to the GPU max operating temperature, then 2 s
+      of SW thermal slowdown, 10 s of HW (thermal) slowdown at the slowdown threshold with clocks under
+      half of max, 2 s of SW thermal slowdown, then cools down.
+    - Busy GPUs hit SwPowerCap now and then: about one compute step in six draws more than the power limit,
+      is held at the limit and loses some clock.
+    - GPUs 6 and 7 are outside the job: P8, idle clocks, GpuIdle, PCIe Gen1.
+    - NVLink: link 3 of GPU 7 is down (state 0, speed 0, a few recovery errors); link 11 of GPU 5 counts
+      CRC flit errors and replays, about 24 per minute.
+``dgx-a100``: healthy apart from SwPowerCap steps; GPU 5 carries one correctable remapped row and some
+    aggregate correctable errors from before this driver load.
+``dgx-b200``: GPU 2 gets a correctable ECC error every 45 s from 40 s; GPU 7 is idle; SwPowerCap steps.
+``a100-pcie-2``: healthy; GPU 1 idle.
+``t4``: pre-Ampere page retirement: two pages retired for multiple single-bit errors before start (none
+    pending), matching aggregate correctable counts; power readings hidden by the host.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from . import constants as c
+
+_T = TypeVar("_T")
 _PCIE_LANE_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 
 
 def pcie_bytes_per_s(generation: int, width: int) -> float:
     """Usable bytes/s per direction of a PCIe link: lane rate x lanes x line-code efficiency / 8."""
-    efficiency = 8 / 10 if generation <= 2 else 128 / 130
+    if generation <= 2:
+        efficiency = 8 / 10
+    elif generation <= 5:
+        efficiency = 128 / 130
+    else:
+        efficiency = 242 / 256
     return _PCIE_LANE_GT_PER_S[generation] * 1e9 * width * efficiency / 8
+
+
+def _lookup(pairs: tuple[tuple[int, _T], ...], gpu: int) -> _T | None:
+    for key, value in pairs:
+        if key == gpu:
+            return value
+    return None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A profile's health timeline, as (GPU, ...) tuples so that profiles stay hashable."""
+
+    pcie_width: tuple[tuple[int, int], ...] = ()
+    """(GPU, lanes it trained to) for links that came up narrower than their maximum."""
+    pcie_replays_per_min: tuple[tuple[int, float], ...] = ()
+    correctable_ecc: tuple[tuple[int, tuple[float, float]], ...] = ()
+    """(GPU, (first error s, seconds between errors))."""
+    uncorrectable_ecc: tuple[tuple[int, float], ...] = ()
+    """(GPU, s): XID 48 + 94 + 63 and a pending remapped row (Ampere+) or a pending retired page."""
+    thermal_episodes: tuple[tuple[int, float], ...] = ()
+    """(GPU, start of the first episode s); episodes repeat every ~2 min."""
+    nvlink_down: tuple[tuple[int, int], ...] = ()
+    """(GPU, link) that is inactive for the whole run."""
+    nvlink_crc_per_min: tuple[tuple[int, tuple[int, float]], ...] = ()
+    """(GPU, (link, CRC flit errors per minute))."""
+    ecc_history: tuple[tuple[int, tuple[int, int]], ...] = ()
+    """(GPU, (aggregate corrected, aggregate uncorrected)) from before this driver load."""
+    remapped_history: tuple[tuple[int, int], ...] = ()
+    """(GPU, rows remapped for correctable errors before this driver load)."""
+    retired_sbe_pages: tuple[tuple[int, int], ...] = ()
+    """(GPU, pages retired for multiple single-bit errors before start); pre-Ampere only."""
+
+    def width(self, gpu: int) -> int | None:
+        """The trained PCIe width of ``gpu`` if it is below the maximum."""
+        return _lookup(self.pcie_width, gpu)
+
+    def replays_per_min(self, gpu: int) -> float:
+        """PCIe replays per minute of ``gpu``."""
+        return _lookup(self.pcie_replays_per_min, gpu) or 0.0
+
+    def correctable(self, gpu: int) -> tuple[float, float] | None:
+        """(first s, period s) of ``gpu``'s correctable ECC errors."""
+        return _lookup(self.correctable_ecc, gpu)
+
+    def uncorrectable(self, gpu: int) -> float | None:
+        """When ``gpu`` gets its uncorrectable ECC error."""
+        return _lookup(self.uncorrectable_ecc, gpu)
+
+    def thermal(self, gpu: int) -> float | None:
+        """Start of ``gpu``'s first thermal episode."""
+        return _lookup(self.thermal_episodes, gpu)
+
+    def link_down(self, gpu: int) -> int | None:
+        """The inactive NVLink of ``gpu``."""
+        return _lookup(self.nvlink_down, gpu)
+
+    def link_crc(self, gpu: int) -> tuple[int, float] | None:
+        """(link, CRC errors per minute) of ``gpu``."""
+        return _lookup(self.nvlink_crc_per_min, gpu)
+
+    def history(self, gpu: int) -> tuple[int, int]:
+        """Aggregate (corrected, uncorrected) ECC errors of ``gpu`` from before this driver load."""
+        return _lookup(self.ecc_history, gpu) or (0, 0)
+
+    def remapped_before(self, gpu: int) -> int:
+        """Rows of ``gpu`` remapped for correctable errors before this driver load."""
+        return _lookup(self.remapped_history, gpu) or 0
+
+    def retired_sbe(self, gpu: int) -> int:
+        """Pages of ``gpu`` retired for multiple single-bit errors before start."""
+        return _lookup(self.retired_sbe_pages, gpu) or 0
 
 
 @dataclass(frozen=True)
@@ -23,25 +136,67 @@ class Profile:
     gpu_count: int
     gpu_name: str = ""
     driver_version: str = "550.54.15"
+    architecture: int = 0
+    """``nvmlDeviceArchitecture_t``."""
     memory_total_mib: int = 0
     memory_reserved_mib: int = 0
     """Memory the driver keeps for itself: reported as used by ``nvmlDeviceGetMemoryInfo``."""
+    pci_device_id: int = 0
+    """``nvmlPciInfo_t.pciDeviceId``: device id << 16 | vendor id 0x10DE."""
+    pci_subsystem_id: int = 0
+    pci_locations: tuple[tuple[int, int], ...] = ()
+    """(bus, device) of each GPU on PCI domain 0."""
+    numa_nodes: tuple[int, ...] = ()
+    """CPU socket each GPU hangs off."""
+    pcie_switches: tuple[int, ...] = ()
+    """PCIe switch each GPU sits behind; GPUs with the same number share it."""
+    shared_switch_level: int = c.NVML_TOPOLOGY_MULTIPLE
+    """``nvmlGpuTopologyLevel_t`` between two GPUs behind the same switch."""
     pcie_generation: int = 4
     pcie_width: int = 16
-    nvlink_links: int = 0
-    nvlink_version: int = 0
-    nvlink_link_bytes_per_s: float = 0.0
-    """Per direction, per link."""
     pcie_byte_counters: bool = False
     """Whether the ``NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES`` fields are supported."""
+    nvlink_links: int = 0
+    nvlink_version: int = c.NVML_NVLINK_VERSION_INVALID
+    """``nvmlNvlinkVersion_t`` (an enum: 5 is NVLink 3.1, 6 is 4.0, 7 is 5.0)."""
+    nvlink_speed_mbps: int = 0
+    """Per-link, per-direction signalling rate as ``NVML_FI_DEV_NVLINK_GET_SPEED`` answers it (MBps, 10^6 B/s).
+    ``nvidia-smi nvlink -s`` shows it as GB/s: 25 GB/s (A100, 4 lanes x 50 Gb/s), 26.562 GB/s (H100, 2 lanes
+    x 106.25 Gb/s), 53.125 GB/s (B200, 2 lanes x 212.5 Gb/s)."""
+    nvlink_link_bytes_per_s: float = 0.0
+    """Usable data rate per direction, per link (below the signalling rate): the workload's ceiling."""
+    nvswitch_buses: tuple[int, ...] = ()
+    """PCI bus of each NVSwitch chip on domain 0; empty without NVSwitch."""
+    nvswitch_pci_device_id: int = 0
+    temperature_shutdown_c: int = 0
+    temperature_slowdown_c: int = 0
+    temperature_gpu_max_c: int = 0
+    """GPU max operating temperature: above it the driver applies SW thermal slowdown."""
+    temperature_memory_max_c: int = 0
+    """HBM max operating temperature; 0: no memory sensor (GDDR boards answer NOT_SUPPORTED)."""
+    power_limit_w: float = 0.0
+    """Default (and enforced) power limit."""
+    power_min_limit_w: float = 0.0
+    power_max_limit_w: float = 0.0
+    clock_max_mhz: tuple[int, int, int, int] = (0, 0, 0, 0)
+    """Max clocks by ``nvmlClockType_t``: graphics, SM, memory, video."""
+    clock_idle_mhz: tuple[int, int, int, int] = (0, 0, 0, 0)
+    """Clocks in P8 (idle), same order."""
+    clock_step_mhz: float = 15.0
+    """Spacing of the supported graphics clocks."""
+    fan_count: int = 0
+    """0: passively cooled, fan queries answer NOT_SUPPORTED."""
+    gpm_supported: bool = False
+    row_remapping: bool = False
+    """Ampere and later remap rows; older GPUs retire pages."""
     unsupported: frozenset[str] = field(default_factory=frozenset)
     """Entry points that answer ``NVML_ERROR_NOT_SUPPORTED`` on every GPU."""
     idle_gpus: frozenset[int] = field(default_factory=frozenset)
     """GPUs outside the training job."""
     power_idle_w: float = 0.0
-    power_max_w: float = 0.0
     temperature_idle_c: float = 30.0
     temperature_load_c: float = 75.0
+    scenario: Scenario = field(default_factory=Scenario)
 
     @property
     def memory_total_bytes(self) -> int:
@@ -63,12 +218,23 @@ class Profile:
         """Per-direction maximum summed over all links (0 without NVLink)."""
         return self.nvlink_links * self.nvlink_link_bytes_per_s
 
+    def pcie_width_of(self, gpu: int) -> int:
+        """Lanes the link of ``gpu`` trained to."""
+        return self.scenario.width(gpu) or self.pcie_width
+
+    def nvswitch_of(self, link: int) -> int:
+        """The NVSwitch chip a GPU's ``link`` goes to (links spread evenly over the chips)."""
+        return link * len(self.nvswitch_buses) // self.nvlink_links
+
 
 def gpu_uuid(profile_name: str, seed: int, index: int) -> str:
     """A stable UUID in NVML's ``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`` form."""
     digest = hashlib.sha256(f"{profile_name}:{seed}:{index}".encode()).hexdigest()
     return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
+
+_TWO_SOCKETS = (0, 0, 0, 0, 1, 1, 1, 1)
+_PAIRS = (0, 0, 1, 1, 2, 2, 3, 3)
 
 PROFILES: dict[str, Profile] = {
     profile.name: profile
@@ -78,30 +244,154 @@ PROFILES: dict[str, Profile] = {
             description="DGX H100: 8 x H100 SXM 80GB on NVLink 4 (18 links each); GPUs 6 and 7 idle",
             gpu_count=8,
             gpu_name="NVIDIA H100 80GB HBM3",
+            architecture=c.NVML_DEVICE_ARCH_HOPPER,
             memory_total_mib=81559,
             memory_reserved_mib=519,
+            pci_device_id=0x233010DE,
+            pci_subsystem_id=0x16C110DE,
+            pci_locations=tuple((bus, 0) for bus in (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)),
+            numa_nodes=_TWO_SOCKETS,
+            # Each GPU has a PCIe switch of its own (shared with its NIC), so two GPUs meet at the socket.
+            pcie_switches=(0, 1, 2, 3, 4, 5, 6, 7),
             pcie_generation=5,
-            nvlink_links=18,
-            nvlink_version=4,
-            nvlink_link_bytes_per_s=25e9,
             pcie_byte_counters=True,
+            nvlink_links=18,
+            nvlink_version=c.NVML_NVLINK_VERSION_4_0,
+            nvlink_speed_mbps=26562,
+            nvlink_link_bytes_per_s=25e9,
+            nvswitch_buses=(0x05, 0x06, 0x07, 0x08),
+            nvswitch_pci_device_id=0x22A310DE,
+            temperature_shutdown_c=92,
+            temperature_slowdown_c=89,
+            temperature_gpu_max_c=87,
+            temperature_memory_max_c=95,
+            power_limit_w=700.0,
+            power_min_limit_w=200.0,
+            power_max_limit_w=700.0,
+            clock_max_mhz=(1980, 1980, 2619, 1545),
+            clock_idle_mhz=(345, 345, 2619, 765),
+            gpm_supported=True,
+            row_remapping=True,
             idle_gpus=frozenset({6, 7}),
             power_idle_w=70.0,
-            power_max_w=700.0,
             temperature_idle_c=33.0,
             temperature_load_c=78.0,
+            scenario=Scenario(
+                pcie_width=((3, 8),),
+                pcie_replays_per_min=((2, 3.0),),
+                correctable_ecc=((1, (30.0, 20.0)),),
+                uncorrectable_ecc=((4, 60.0),),
+                thermal_episodes=((0, 90.0),),
+                nvlink_down=((7, 3),),
+                nvlink_crc_per_min=((5, (11, 24.0)),),
+                ecc_history=((1, (4, 0)),),
+            ),
+        ),
+        Profile(
+            name="dgx-a100",
+            description="DGX A100: 8 x A100 SXM4 80GB on NVLink 3 (12 links each), all in the job",
+            gpu_count=8,
+            gpu_name="NVIDIA A100-SXM4-80GB",
+            architecture=c.NVML_DEVICE_ARCH_AMPERE,
+            memory_total_mib=81920,
+            memory_reserved_mib=763,
+            pci_device_id=0x20B210DE,
+            pci_subsystem_id=0x147F10DE,
+            pci_locations=tuple((bus, 0) for bus in (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD)),
+            numa_nodes=_TWO_SOCKETS,
+            pcie_switches=_PAIRS,
+            pcie_generation=4,
+            nvlink_links=12,
+            nvlink_version=c.NVML_NVLINK_VERSION_3_1,
+            nvlink_speed_mbps=25000,
+            nvlink_link_bytes_per_s=23.5e9,
+            # Six NVSwitch chips on the baseboard; their bus numbers are plausible, not from a capture.
+            nvswitch_buses=(0xC4, 0xC5, 0xC6, 0xC7, 0xC8, 0xC9),
+            nvswitch_pci_device_id=0x1AF110DE,
+            temperature_shutdown_c=92,
+            temperature_slowdown_c=89,
+            temperature_gpu_max_c=85,
+            temperature_memory_max_c=95,
+            power_limit_w=400.0,
+            power_min_limit_w=100.0,
+            power_max_limit_w=400.0,
+            clock_max_mhz=(1410, 1410, 1593, 1290),
+            clock_idle_mhz=(210, 210, 1593, 585),
+            row_remapping=True,
+            power_idle_w=55.0,
+            temperature_idle_c=28.0,
+            temperature_load_c=70.0,
+            scenario=Scenario(ecc_history=((5, (11, 0)),), remapped_history=((5, 1),)),
+        ),
+        Profile(
+            name="dgx-b200",
+            description="DGX B200: 8 x B200 180GB on NVLink 5 (18 links each); GPU 7 idle",
+            gpu_count=8,
+            gpu_name="NVIDIA B200",
+            architecture=c.NVML_DEVICE_ARCH_BLACKWELL,
+            memory_total_mib=183359,
+            memory_reserved_mib=728,
+            pci_device_id=0x290110DE,
+            pci_subsystem_id=0x199910DE,
+            pci_locations=tuple((bus, 0) for bus in (0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF)),
+            numa_nodes=_TWO_SOCKETS,
+            pcie_switches=_PAIRS,
+            pcie_generation=5,
+            pcie_byte_counters=True,
+            nvlink_links=18,
+            nvlink_version=c.NVML_NVLINK_VERSION_5_0,
+            nvlink_speed_mbps=53125,
+            nvlink_link_bytes_per_s=50e9,
+            # Two NVLink 5 switch chips; bus numbers plausible. Their PCI device id was not found in any
+            # public capture, so only the vendor (0x10DE) is filled in.
+            nvswitch_buses=(0x04, 0x05),
+            nvswitch_pci_device_id=0x000010DE,
+            # Derived from a B200 capture in T.Limit form (39 C with 49 C headroom; shutdown -5, slowdown -3,
+            # GPU max 0 relative to the limit). The memory maximum (95 C) is assumed as for HBM3 on H100.
+            temperature_shutdown_c=93,
+            temperature_slowdown_c=91,
+            temperature_gpu_max_c=88,
+            temperature_memory_max_c=95,
+            power_limit_w=1000.0,
+            power_min_limit_w=200.0,
+            power_max_limit_w=1000.0,
+            clock_max_mhz=(1965, 1965, 3996, 1965),
+            clock_idle_mhz=(120, 120, 3996, 600),
+            clock_step_mhz=7.5,
+            gpm_supported=True,
+            row_remapping=True,
+            idle_gpus=frozenset({7}),
+            power_idle_w=140.0,
+            temperature_idle_c=28.0,
+            temperature_load_c=72.0,
+            scenario=Scenario(correctable_ecc=((2, (40.0, 45.0)),)),
         ),
         Profile(
             name="a100-pcie-2",
             description="2 x A100 PCIe 40GB, no NVLink, no PCIe byte counters; GPU 1 idle",
             gpu_count=2,
             gpu_name="NVIDIA A100-PCIE-40GB",
+            architecture=c.NVML_DEVICE_ARCH_AMPERE,
             memory_total_mib=40960,
             memory_reserved_mib=423,
+            pci_device_id=0x20F110DE,
+            pci_subsystem_id=0x145F10DE,
+            pci_locations=((0x3B, 0), (0xAF, 0)),
+            numa_nodes=(0, 1),
+            pcie_switches=(0, 1),
             pcie_generation=4,
+            temperature_shutdown_c=92,
+            temperature_slowdown_c=89,
+            temperature_gpu_max_c=85,
+            temperature_memory_max_c=95,
+            power_limit_w=250.0,
+            power_min_limit_w=150.0,
+            power_max_limit_w=250.0,
+            clock_max_mhz=(1410, 1410, 1215, 1290),
+            clock_idle_mhz=(210, 210, 1215, 585),
+            row_remapping=True,
             idle_gpus=frozenset({1}),
             power_idle_w=35.0,
-            power_max_w=250.0,
             temperature_idle_c=31.0,
             temperature_load_c=72.0,
         ),
@@ -110,14 +400,28 @@ PROFILES: dict[str, Profile] = {
             description="1 x Tesla T4 as some cloud hosts expose it: no NVLink, no byte counters, no power",
             gpu_count=1,
             gpu_name="Tesla T4",
+            architecture=c.NVML_DEVICE_ARCH_TURING,
             memory_total_mib=15360,
             memory_reserved_mib=255,
+            pci_device_id=0x1EB810DE,
+            pci_subsystem_id=0x12A210DE,
+            pci_locations=((0x00, 0x1E),),
+            numa_nodes=(0,),
+            pcie_switches=(0,),
             pcie_generation=3,
-            unsupported=frozenset({"nvmlDeviceGetPowerUsage"}),
+            temperature_shutdown_c=96,
+            temperature_slowdown_c=93,
+            temperature_gpu_max_c=85,
+            power_limit_w=70.0,
+            power_min_limit_w=60.0,
+            power_max_limit_w=70.0,
+            clock_max_mhz=(1590, 1590, 5001, 1470),
+            clock_idle_mhz=(300, 300, 405, 540),
+            unsupported=frozenset({"nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption"}),
             power_idle_w=10.0,
-            power_max_w=70.0,
             temperature_idle_c=32.0,
             temperature_load_c=75.0,
+            scenario=Scenario(ecc_history=((0, (37, 0)),), retired_sbe_pages=((0, 2),)),
         ),
         Profile(
             name="none",

@@ -5,6 +5,12 @@ is synchronous data-parallel training: each step loads a batch over PCIe (an RX 
 ends with an all-reduce over NVLink (TX/RX bursts); every ``cycle`` ends with a data-loader stall during
 which the GPUs wait. Byte rates are piecewise constant on 10 ms slots, so a cumulative counter is the
 exact integral of its rate: a per-cycle table of prefix sums plus a closed-form sum over whole cycles.
+
+Power, clocks and clock event reasons are per-slot tables too: about one compute step in six draws more
+than the power limit and is held at it (SwPowerCap, lower clock). The energy counter is the exact integral
+of the reported power. A GPU with thermal episodes (see ``profiles``) swaps in throttled power and clock
+tables during each episode's windows; episodes repeat every whole number of cycles, so their effect on
+the energy integral is the same for each episode and the counter stays O(1) to read.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-from .profiles import Profile
+from . import constants as c
+from .profiles import Profile, pcie_bytes_per_s
 
 Series = Literal["pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx"]
 SERIES: tuple[Series, ...] = ("pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx")
@@ -27,6 +34,34 @@ _G_MAX = 1.0 + sum(_MODULATION_AMPLITUDES)
 _LINK_SPREAD = 0.06
 _MIB = 1024 * 1024
 _GIB = 1024 * _MIB
+_HEAVY_STEP_SHARE = 1 / 6
+_THERMAL_PERIOD_S = 120.0
+_RAMP_SLOTS = 1500
+"""The temperature climbs to the GPU max operating temperature over 15 s before an episode."""
+_SW_SLOTS = 200
+_HW_SLOTS = 1000
+_EPISODE_SLOTS = _SW_SLOTS + _HW_SLOTS + _SW_SLOTS
+_COOL_TAU_S = 4.0
+_SW_CLOCK_FACTOR = 0.85
+_HW_CLOCK_FACTOR = 0.45
+"""HW slowdown cuts the clocks by a factor of 2 or more (nvml.h)."""
+_SW_POWER_SHARE = 0.8
+_HW_POWER_SHARE = 0.4
+"""Share of the power above idle that is left during SW / HW slowdown."""
+_THERMAL_BITS = c.NVML_CLOCKS_EVENT_REASON_SW_THERMAL_SLOWDOWN
+_HW_BITS = (
+    c.NVML_CLOCKS_EVENT_REASON_HW_SLOWDOWN
+    | c.NVML_CLOCKS_EVENT_REASON_HW_THERMAL_SLOWDOWN
+    | c.NVML_CLOCKS_EVENT_REASON_SW_THERMAL_SLOWDOWN
+)
+GPM_PERCENT_METRICS = (
+    c.NVML_GPM_METRIC_GRAPHICS_UTIL,
+    c.NVML_GPM_METRIC_SM_UTIL,
+    c.NVML_GPM_METRIC_SM_OCCUPANCY,
+    c.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+    c.NVML_GPM_METRIC_DRAM_BW_UTIL,
+)
+"""GPM metrics the workload models as percentages of the sampled interval."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +74,74 @@ class _Timing:
     """Slots of whole steps at the start of each cycle; the rest of the cycle is the stall."""
     load: int
     allreduce: int
+
+
+@dataclass(frozen=True)
+class _SlotSeries:
+    """A per-slot value over one cycle and its prefix integral (value x seconds)."""
+
+    values: tuple[float, ...]
+    prefix: tuple[float, ...]
+
+    def integral(self, position: float) -> float:
+        """Integral from 0 to ``position`` (in slots, repeating the cycle)."""
+        cycle_slots = len(self.values)
+        cycle, within = divmod(max(position, 0.0), cycle_slots)
+        slot = min(int(within), cycle_slots - 1)
+        fraction = within - slot
+        return cycle * self.prefix[-1] + self.prefix[slot] + fraction * SLOT_S * self.values[slot]
+
+
+def _series(values: list[float]) -> _SlotSeries:
+    return _SlotSeries(values=tuple(values), prefix=_prefix(values))
+
+
+@dataclass(frozen=True)
+class _Thermal:
+    """One GPU's thermal episodes: throttled power tables and their energy deltas against the base."""
+
+    first_slot: int
+    period_slots: int
+    sw_power_mw: tuple[int, ...]
+    hw_power_mw: tuple[int, ...]
+    sw_delta: _SlotSeries
+    hw_delta: _SlotSeries
+
+    def windows(self) -> tuple[tuple[int, int, _SlotSeries, str], ...]:
+        """(start, end, energy delta, phase) of each window, in slots from the episode start."""
+        sw, hw = self.sw_delta, self.hw_delta
+        return (
+            (0, _SW_SLOTS, sw, "sw"),
+            (_SW_SLOTS, _SW_SLOTS + _HW_SLOTS, hw, "hw"),
+            (_SW_SLOTS + _HW_SLOTS, _EPISODE_SLOTS, sw, "sw"),
+        )
+
+    def locate(self, position: float) -> tuple[int, float]:
+        """(episode index, slots since its start); the index is -1 before the first episode."""
+        index, offset = divmod(position - self.first_slot, self.period_slots)
+        return int(index), offset
+
+    def phase(self, position: float) -> str | None:
+        """``"sw"``/``"hw"`` inside an episode window, else None."""
+        index, offset = self.locate(position)
+        if index < 0:
+            return None
+        for start, end, _, phase in self.windows():
+            if start <= offset < end:
+                return phase
+        return None
+
+    def energy_delta_mj(self, position: float) -> float:
+        """How much the throttled windows before ``position`` changed the energy integral."""
+        index, offset = self.locate(position)
+        if index < 0:
+            return 0.0
+        whole = sum(d.integral(self.first_slot + b) - d.integral(self.first_slot + a) for a, b, d, _ in self.windows())
+        start = self.first_slot + index * self.period_slots
+        partial = sum(
+            d.integral(start + min(offset, b)) - d.integral(start + a) for a, b, d, _ in self.windows() if offset > a
+        )
+        return index * whole + partial
 
 
 @dataclass(frozen=True)
@@ -61,6 +164,14 @@ class _GpuTables:
     memory_wobble: tuple[float, float]
     """(amplitude in bytes, period in seconds)."""
     temperature_offset_c: float
+    power_mw: tuple[int, ...]
+    power: _SlotSeries
+    graphics_mhz: tuple[int, ...]
+    reasons: tuple[int, ...]
+    gpm: dict[int, _SlotSeries]
+    thermal: _Thermal | None
+    boot_energy_mj: float
+    memory_temperature_offset_c: float
 
 
 def _rng(*key: object) -> random.Random:
@@ -111,7 +222,7 @@ def _gpu_tables(profile: Profile, seed: int, gpu: int) -> _GpuTables:
     timing = _timing(profile.name, seed)
     rng = _rng("gpu", profile.name, seed, gpu)
     in_job = gpu not in profile.idle_gpus
-    pcie_max = profile.pcie_max_bytes_per_s / _G_MAX
+    pcie_max = pcie_bytes_per_s(profile.pcie_generation, profile.pcie_width_of(gpu)) / _G_MAX
     spread = [1.0 + rng.uniform(-_LINK_SPREAD, _LINK_SPREAD) for _ in range(profile.nvlink_links)]
     weights = tuple(w / sum(spread) for w in spread)
     nvlink_max = profile.nvlink_link_bytes_per_s / max(weights) / _G_MAX if weights else 0.0
@@ -149,6 +260,11 @@ def _gpu_tables(profile: Profile, seed: int, gpu: int) -> _GpuTables:
         rates["nvlink_rx"].append(min(nv * rng.uniform(0.97, 1.03), nvlink_max))
     total = profile.memory_total_bytes
     plateau = int(total * rng.uniform(0.62, 0.88))
+    health_rng = _rng("power", profile.name, seed, gpu)
+    power_mw, graphics_mhz, reasons = _power_tables(
+        profile, timing, in_job=in_job, util=util, factors=power, rng=health_rng
+    )
+    thermal = _thermal_tables(profile, timing, gpu, power_mw)
     return _GpuTables(
         in_job=in_job,
         util=tuple(util),
@@ -164,7 +280,111 @@ def _gpu_tables(profile: Profile, seed: int, gpu: int) -> _GpuTables:
         memory_ramp_s=rng.uniform(45.0, 75.0),
         memory_wobble=(total * rng.uniform(0.002, 0.006), rng.uniform(5.0, 9.0)),
         temperature_offset_c=rng.uniform(-2.0, 3.0),
+        power_mw=power_mw,
+        power=_series([float(p) for p in power_mw]),
+        graphics_mhz=graphics_mhz,
+        reasons=reasons,
+        gpm=_gpm_tables(in_job, timing, util, mem_util, _rng("gpm", profile.name, seed, gpu)),
+        thermal=thermal,
+        boot_energy_mj=health_rng.uniform(5e8, 5e10),
+        memory_temperature_offset_c=health_rng.uniform(4.0, 8.0),
     )
+
+
+def quantize_clock(profile: Profile, mhz: float) -> int:
+    """The supported graphics clock at or below ``mhz`` (clocks step down from the maximum)."""
+    top = profile.clock_max_mhz[c.NVML_CLOCK_GRAPHICS]
+    if mhz >= top:
+        return top
+    steps = math.ceil((top - mhz) / profile.clock_step_mhz - 1e-9)
+    return math.floor(top - steps * profile.clock_step_mhz)
+
+
+def _power_tables(
+    profile: Profile, timing: _Timing, *, in_job: bool, util: list[int], factors: list[float], rng: random.Random
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Per-slot power (mW), graphics clock (MHz) and clock event reasons of one GPU over one cycle."""
+    limit = profile.power_limit_w
+    top = profile.clock_max_mhz[c.NVML_CLOCK_GRAPHICS]
+    heavy = [
+        rng.uniform(1.08, 1.15) if rng.random() < _HEAVY_STEP_SHARE else 1.0
+        for _ in range(timing.cycle // timing.step + 1)
+    ]
+    power: list[int] = []
+    clock: list[int] = []
+    reasons: list[int] = []
+    for slot, (u, factor) in enumerate(zip(util, factors, strict=True)):
+        load = math.pow(u / 100.0, 1.3)
+        watts = (profile.power_idle_w + (0.97 * limit - profile.power_idle_w) * load) * factor
+        if not in_job:
+            power.append(round(watts * 1000))
+            clock.append(profile.clock_idle_mhz[c.NVML_CLOCK_GRAPHICS])
+            reasons.append(c.NVML_CLOCKS_EVENT_REASON_GPU_IDLE)
+            continue
+        if slot < timing.busy:
+            watts *= heavy[slot // timing.step]
+        if watts >= limit:
+            power.append(round(limit * rng.uniform(0.985, 0.998) * 1000))
+            clock.append(quantize_clock(profile, top * math.pow(limit / watts, 0.8) - profile.clock_step_mhz))
+            reasons.append(c.NVML_CLOCKS_EVENT_REASON_SW_POWER_CAP)
+        else:
+            power.append(round(watts * 1000))
+            clock.append(top)
+            reasons.append(0)
+    return tuple(power), tuple(clock), tuple(reasons)
+
+
+def _thermal_tables(profile: Profile, timing: _Timing, gpu: int, power_mw: tuple[int, ...]) -> _Thermal | None:
+    first_s = profile.scenario.thermal(gpu)
+    if first_s is None:
+        return None
+    idle_mw = profile.power_idle_w * 1000
+
+    def throttled(share: float) -> tuple[int, ...]:
+        return tuple(round(min(p, idle_mw + (p - idle_mw) * share)) for p in power_mw)
+
+    sw, hw = throttled(_SW_POWER_SHARE), throttled(_HW_POWER_SHARE)
+    return _Thermal(
+        first_slot=round(first_s / SLOT_S),
+        period_slots=max(1, round(_THERMAL_PERIOD_S / (timing.cycle * SLOT_S))) * timing.cycle,
+        sw_power_mw=sw,
+        hw_power_mw=hw,
+        sw_delta=_series([float(a - b) for a, b in zip(sw, power_mw, strict=True)]),
+        hw_delta=_series([float(a - b) for a, b in zip(hw, power_mw, strict=True)]),
+    )
+
+
+def _gpm_tables(
+    in_job: bool, timing: _Timing, util: list[int], mem_util: list[int], rng: random.Random
+) -> dict[int, _SlotSeries]:
+    """Per-slot GPM percentages: graphics activity is the utilization; SMs, warps, tensor and DRAM follow it."""
+    sm: list[float] = []
+    occupancy: list[float] = []
+    tensor: list[float] = []
+    dram: list[float] = []
+    for slot, (u, m) in enumerate(zip(util, mem_util, strict=True)):
+        if not in_job:
+            sm.append(0.0)
+            occupancy.append(0.0)
+            tensor.append(0.0)
+            dram.append(0.0)
+        elif slot < timing.busy:
+            sm.append(u * rng.uniform(0.82, 0.93))
+            occupancy.append(rng.uniform(32.0, 52.0))
+            tensor.append(rng.uniform(38.0, 62.0))
+            dram.append(min(100.0, m * rng.uniform(1.3, 1.6)))
+        else:
+            sm.append(u * rng.uniform(0.4, 0.7))
+            occupancy.append(u * rng.uniform(0.15, 0.5))
+            tensor.append(rng.uniform(0.0, 3.0))
+            dram.append(m * rng.uniform(0.8, 1.2))
+    return {
+        c.NVML_GPM_METRIC_GRAPHICS_UTIL: _series([float(u) for u in util]),
+        c.NVML_GPM_METRIC_SM_UTIL: _series(sm),
+        c.NVML_GPM_METRIC_SM_OCCUPANCY: _series(occupancy),
+        c.NVML_GPM_METRIC_ANY_TENSOR_UTIL: _series(tensor),
+        c.NVML_GPM_METRIC_DRAM_BW_UTIL: _series(dram),
+    }
 
 
 class Workload:
@@ -214,26 +434,113 @@ class Workload:
         used_mib = int(used) // _MIB
         return int(_clamp(used_mib * _MIB, reserved + 4 * _MIB, self.profile.memory_total_bytes - _MIB))
 
-    def temperature_c(self, gpu: int, t: float) -> int:
-        """GPU die temperature: follows smoothed utilization, warming up over the first minute."""
-        tables = self._tables(gpu)
+    def _position(self, t: float) -> float:
+        return max(t, 0.0) / SLOT_S
+
+    def _base_temperature(self, tables: _GpuTables, t: float) -> float:
         profile = self.profile
         base = profile.temperature_idle_c + tables.temperature_offset_c
         if not tables.in_job:
-            return round(base)
+            return base
         _, slot, _ = self._slot(t)
         warm_up = 1.0 - math.exp(-max(t, 0.0) / 45.0)
         span = profile.temperature_load_c - profile.temperature_idle_c
-        return round(base + span * warm_up * tables.heat[slot] / 100.0)
+        return base + span * warm_up * tables.heat[slot] / 100.0
+
+    def _temperature(self, gpu: int, t: float) -> float:
+        tables = self._tables(gpu)
+        base = self._base_temperature(tables, t)
+        thermal = tables.thermal
+        if thermal is None:
+            return base
+        profile = self.profile
+        hot, slow = float(profile.temperature_gpu_max_c), float(profile.temperature_slowdown_c)
+        index, offset = thermal.locate(self._position(t))
+        if offset >= thermal.period_slots - _RAMP_SLOTS:
+            x = (offset - (thermal.period_slots - _RAMP_SLOTS)) / _RAMP_SLOTS
+            return base + max(hot - base, 0.0) * x * x
+        if index < 0:
+            return base
+        if offset < _SW_SLOTS:
+            return hot + 1 + (slow - hot - 1) * offset / _SW_SLOTS
+        if offset < _SW_SLOTS + _HW_SLOTS:
+            return slow + round(math.sin(offset / 37.0))
+        if offset < _EPISODE_SLOTS:
+            x = (offset - _SW_SLOTS - _HW_SLOTS) / _SW_SLOTS
+            return max(hot + 1, slow - 1 - (slow - hot - 2) * x)
+        cooled = math.exp(-(offset - _EPISODE_SLOTS) * SLOT_S / _COOL_TAU_S)
+        return base + max(hot - base, 0.0) * cooled
+
+    def temperature_c(self, gpu: int, t: float) -> int:
+        """GPU die temperature: follows smoothed utilization, warming up over the first minute."""
+        return round(self._temperature(gpu, t))
+
+    def memory_temperature_c(self, gpu: int, t: float) -> int:
+        """HBM temperature: a few degrees above the die, kept below the memory's max operating temperature."""
+        offset = self._tables(gpu).memory_temperature_offset_c
+        return round(min(self._temperature(gpu, t) + offset, self.profile.temperature_memory_max_c - 2))
+
+    def thermal_phase(self, gpu: int, t: float) -> str | None:
+        """``"sw"`` or ``"hw"`` while ``gpu`` is in a thermal slowdown window, else None."""
+        thermal = self._tables(gpu).thermal
+        return None if thermal is None else thermal.phase(self._position(t))
 
     def power_mw(self, gpu: int, t: float) -> int:
         """Board power in milliwatts: idle draw plus a share of the headroom that grows with utilization."""
         tables = self._tables(gpu)
-        profile = self.profile
         _, slot, _ = self._slot(t)
-        load = math.pow(tables.util[slot] / 100.0, 1.3)
-        watts = profile.power_idle_w + (0.97 * profile.power_max_w - profile.power_idle_w) * load
-        return round(min(watts * tables.power_factor[slot], profile.power_max_w) * 1000)
+        thermal = tables.thermal
+        phase = None if thermal is None else thermal.phase(self._position(t))
+        if thermal is not None and phase is not None:
+            return (thermal.sw_power_mw if phase == "sw" else thermal.hw_power_mw)[slot]
+        return tables.power_mw[slot]
+
+    def energy_mj(self, gpu: int, t: float) -> int:
+        """Energy since driver load: a boot offset plus the exact integral of ``power_mw`` (mW x s = mJ)."""
+        tables = self._tables(gpu)
+        position = self._position(t)
+        energy = tables.boot_energy_mj + tables.power.integral(position)
+        if tables.thermal is not None:
+            energy += tables.thermal.energy_delta_mj(position)
+        return math.floor(energy)
+
+    def pstate(self, gpu: int) -> int:
+        """P0 for GPUs in the job (a CUDA context holds them there), P8 for idle ones."""
+        return c.NVML_PSTATE_0 if self._tables(gpu).in_job else c.NVML_PSTATE_8
+
+    def clocks_mhz(self, gpu: int, t: float) -> tuple[int, int, int, int]:
+        """Current (graphics, SM, memory, video) clocks."""
+        profile = self.profile
+        tables = self._tables(gpu)
+        if not tables.in_job:
+            return profile.clock_idle_mhz
+        _, slot, _ = self._slot(t)
+        graphics = tables.graphics_mhz[slot]
+        phase = self.thermal_phase(gpu, t)
+        if phase == "sw":
+            graphics = quantize_clock(profile, graphics * _SW_CLOCK_FACTOR)
+        elif phase == "hw":
+            graphics = quantize_clock(profile, profile.clock_max_mhz[c.NVML_CLOCK_GRAPHICS] * _HW_CLOCK_FACTOR)
+        top, _, memory, video = profile.clock_max_mhz
+        video_now = max(profile.clock_idle_mhz[c.NVML_CLOCK_VIDEO], round(video * graphics / top))
+        return graphics, graphics, memory, video_now
+
+    def clock_event_reasons(self, gpu: int, t: float) -> int:
+        """The ``nvmlClocksEventReason*`` bitmask that explains the current clocks."""
+        tables = self._tables(gpu)
+        _, slot, _ = self._slot(t)
+        reasons = tables.reasons[slot]
+        phase = self.thermal_phase(gpu, t)
+        if phase is not None:
+            reasons &= ~c.NVML_CLOCKS_EVENT_REASON_SW_POWER_CAP
+            reasons |= _THERMAL_BITS if phase == "sw" else _HW_BITS
+        return reasons
+
+    def gpm_percent(self, gpu: int, metric: int, t1: float, t2: float) -> float:
+        """Mean of a GPM percentage metric over [t1, t2] (``t2 > t1``)."""
+        series = self._tables(gpu).gpm[metric]
+        mean = (series.integral(self._position(t2)) - series.integral(self._position(t1))) / (t2 - t1)
+        return _clamp(mean, 0.0, 100.0)
 
     def _modulation(self, tables: _GpuTables, cycle: int) -> float:
         return 1.0 + sum(a * math.sin(w * cycle + p) for a, w, p in tables.modulation)
@@ -282,3 +589,7 @@ class Workload:
     def pcie_link_generation(self, gpu: int) -> int:
         """Current PCIe generation: GPUs outside the job have trained the link down to Gen1 to save power."""
         return 1 if gpu in self.profile.idle_gpus else self.profile.pcie_generation
+
+    def pcie_link_width(self, gpu: int) -> int:
+        """Current PCIe width: the maximum unless the scenario has the link trained narrower."""
+        return self.profile.pcie_width_of(gpu)
