@@ -52,6 +52,14 @@ BACKGROUND_ALPHA = 0.25
 TX_COLOR = "#1f77b4"
 RX_COLOR = "#ff7f0e"
 
+STATUS_COLORS: dict[str, str] = {
+    "ok": "#2ca02c", "info": "#1f77b4", "warning": "#e69500", "critical": "#d62728",
+}
+"""The colour of a health status or an event severity."""
+
+BLOCK_WIDTH = 1.05
+"""A reading drawn as a block (status strips, event bands) is this many intervals wide, so neighbours meet."""
+
 TIMELINE_TOOLS = "xpan,xwheel_zoom,box_zoom,reset,save"
 BAR_TOOLS = "save"
 
@@ -85,6 +93,10 @@ function fmt_scaled(v, base, units, trim) {
   if (trim) s = String(parseFloat(s));
   return (v < 0 ? "-" : "") + s + " " + units[i];
 }
+function fmt_plain(v, suffix) {
+  if (v == null || Number.isNaN(v)) return "n/a";
+  return v.toFixed(0) + suffix;
+}
 function fmt_pct(v, trim) {
   if (v == null || Number.isNaN(v)) return "n/a";
   return (trim ? String(parseFloat(v.toFixed(1))) : v.toFixed(1)) + " %";
@@ -98,11 +110,16 @@ class Unit(Enum):
     PCT = "pct"
     BYTES = "bytes"
     RATE = "rate"
+    CELSIUS = "celsius"
+    WATTS = "watts"
+    MHZ = "mhz"
 
     def _js(self, name: str, trim: bool) -> str:
         flag = "true" if trim else "false"
         if self is Unit.PCT:
             return f"return fmt_pct({name}, {flag});"
+        if self in _PLAIN_SUFFIXES:
+            return f"return fmt_plain({name}, {json.dumps(_PLAIN_SUFFIXES[self])});"
         base, units = (1024, IEC_UNITS) if self is Unit.BYTES else (1000, RATE_UNITS)
         return f"return fmt_scaled({name}, {base}, {json.dumps(units)}, {flag});"
 
@@ -118,6 +135,8 @@ class Unit(Enum):
         """Power-of-two ticks for bytes (``16 GiB``, not ``18.6 GiB``); the default otherwise."""
         return AdaptiveTicker(base=2, mantissas=[1], min_interval=1) if self is Unit.BYTES else None
 
+
+_PLAIN_SUFFIXES = {Unit.CELSIUS: " °C", Unit.WATTS: " W", Unit.MHZ: " MHz"}
 
 _LOCAL_TIME_JS = """
 const d = new Date(%s);

@@ -1,4 +1,4 @@
-"""GPU Memory: each GPU's used memory against its own total."""
+"""GPU Memory: each GPU's used memory against its own total, with the driver-reserved part shown apart."""
 
 from __future__ import annotations
 
@@ -33,29 +33,49 @@ from nvdash.sampling.records import GpuInfo, Snapshot
 TITLE = "GPU Memory"
 
 
+RESERVED_COLOR = "#8c564b"
+
+
+def _label(used: int | None, reserved: int | None, own_total: int | None, pct: float) -> str:
+    text = f"{format_bytes_of(used, own_total)} ({format_pct(pct, 0)})"
+    return text if reserved is None else f"{text} + {format_bytes(reserved)} reserved"
+
+
 def columns(gpus: Sequence[GpuInfo], snapshot: Snapshot | None) -> dict[str, list[Any]]:
-    """The bar source: used bytes, own total, and used as a percentage of that total."""
+    """The bar source: used bytes, own total, used as a percentage of that total, and the reserved part.
+
+    Used memory excludes what the driver reserves; the reserved part is drawn at the end of the bar
+    (``reserved_left`` to 100 %), the memory no application can have.
+    """
     data: dict[str, list[Any]] = {name: [] for name in (
-        "gpu", "description", "used_bytes", "total_bytes", "used_pct", "bar", "label", "used", "total")}
+        "gpu", "description", "used_bytes", "total_bytes", "used_pct", "bar", "label", "used", "total",
+        "reserved_bytes", "reserved_pct", "reserved_left", "reserved")}
     for gpu in gpus:
         sample, lost = gpu_reading(snapshot, gpu.index)
         used = None if sample is None else sample.memory_used_bytes
+        reserved = None if sample is None else sample.memory_reserved_bytes
         own_total = gpu_memory_total(gpu, sample)
-        pct = 100.0 * used / own_total if used is not None and own_total else float("nan")
+        pct = 100.0 * used / own_total if used is not None and own_total else math.nan
+        reserved_pct = 100.0 * reserved / own_total if reserved is not None and own_total else math.nan
         data["gpu"].append(gpu_label(gpu))
         data["description"].append(gpu_description(gpu))
-        data["used_bytes"].append(float("nan") if used is None else float(used))
-        data["total_bytes"].append(float("nan") if own_total is None else float(own_total))
+        data["used_bytes"].append(math.nan if used is None else float(used))
+        data["total_bytes"].append(math.nan if own_total is None else float(own_total))
         data["used_pct"].append(pct)
         data["bar"].append(100.0 if lost else 0.0 if math.isnan(pct) else pct)
-        data["label"].append("lost" if lost else f"{format_bytes_of(used, own_total)} ({format_pct(pct, 0)})")
+        data["label"].append("lost" if lost else _label(used, reserved, own_total, pct))
         data["used"].append("GPU lost" if lost else format_bytes(used))
         data["total"].append(format_bytes(own_total))
+        data["reserved_bytes"].append(math.nan if reserved is None else float(reserved))
+        data["reserved_pct"].append(reserved_pct)
+        data["reserved_left"].append(100.0 if lost or math.isnan(reserved_pct) else 100.0 - reserved_pct)
+        data["reserved"].append("n/a" if lost or reserved is None else
+                                f"{format_bytes(reserved)} ({format_pct(reserved_pct)})")
     return data
 
 
 def build(doc: Document, ctx: AppContext) -> None:
-    """Horizontal bars on a 0-100 % of-own-total axis, each labelled ``used / total GiB``."""
+    """Horizontal bars on a 0-100 % of-own-total axis, each labelled ``used / total GiB``; reserved at the end."""
     dark = apply_theme(doc)
     gpus = ctx.store.inventory.gpus
     source = follow_latest(doc, ctx, lambda snapshot: columns(gpus, snapshot))
@@ -64,9 +84,12 @@ def build(doc: Document, ctx: AppContext) -> None:
                      vertical=False, headroom=1.0)
     fig.hbar(y="gpu", left=0, right=100, height=0.8, source=source, color=LOST_COLOR,
              alpha=BACKGROUND_ALPHA)
+    reserved = fig.hbar(y="gpu", left="reserved_left", right=100, height=0.8, source=source, line_color=None,
+                        fill_color=RESERVED_COLOR, fill_alpha=0.5, hatch_pattern="/", hatch_color=RESERVED_COLOR,
+                        hatch_alpha=0.9)
     bars = fig.hbar(y="gpu", left=0, right="bar", height=0.8, source=source, line_color=None,
                     fill_color=linear_cmap("used_pct", LEVEL_PALETTE, 0, 100, nan_color=LOST_COLOR))
     fig.add_layout(bar_labels(source, 100.0, "gpu", "label", dark=dark, vertical=False))
-    add_bar_hover(fig, [bars], [("GPU", "@description"), ("used", "@used"), ("total", "@total"),
-                                ("share", "@used_pct{0.0} %")])
+    add_bar_hover(fig, [bars, reserved], [("GPU", "@description"), ("used", "@used"), ("total", "@total"),
+                                          ("share", "@used_pct{0.0} %"), ("reserved by the driver", "@reserved")])
     add_page(doc, TITLE, fig, dark=dark)

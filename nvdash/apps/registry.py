@@ -9,8 +9,11 @@ from enum import Enum
 from bokeh.document import Document
 
 from nvdash.apps import (
+    gpu_details,
+    gpu_health,
     gpu_memory,
     gpu_resources,
+    gpu_topology,
     gpu_utilization,
     machine_resources,
     nvlink_throughput,
@@ -27,6 +30,8 @@ class Requirement(Enum):
     NONE = "none"
     GPU = "gpu"
     NVLINK = "nvlink"
+    TOPOLOGY = "topology"
+    """At least two GPUs and NVML's answer on how they are connected."""
 
 
 @dataclass(frozen=True)
@@ -43,9 +48,12 @@ APPS: tuple[AppSpec, ...] = (
     AppSpec("/GPU-Utilization", gpu_utilization.TITLE, gpu_utilization.build, Requirement.GPU),
     AppSpec("/GPU-Memory", gpu_memory.TITLE, gpu_memory.build, Requirement.GPU),
     AppSpec("/GPU-Resources", gpu_resources.TITLE, gpu_resources.build, Requirement.GPU),
+    AppSpec("/GPU-Health", gpu_health.TITLE, gpu_health.build, Requirement.GPU),
+    AppSpec("/GPU-Details", gpu_details.TITLE, gpu_details.build, Requirement.GPU),
     AppSpec("/PCIe-Throughput", pcie_throughput.TITLE, pcie_throughput.build, Requirement.GPU),
     AppSpec("/NVLink-Throughput", nvlink_throughput.TITLE, nvlink_throughput.build, Requirement.NVLINK),
     AppSpec("/NVLink-Timeline", nvlink_timeline.TITLE, nvlink_timeline.build, Requirement.NVLINK),
+    AppSpec("/GPU-Topology", gpu_topology.TITLE, gpu_topology.build, Requirement.TOPOLOGY),
     AppSpec("/Machine-Resources", machine_resources.TITLE, machine_resources.build, Requirement.NONE),
 )
 
@@ -59,6 +67,11 @@ def unavailable_reason(spec: AppSpec, inventory: Inventory) -> str | None:
         return f"No NVIDIA GPU was found: {detail}." if detail else "No NVIDIA GPU was found."
     if spec.requires is Requirement.NVLINK and not inventory.has_nvlink:
         return "None of the GPUs on this machine has NVLink."
+    if spec.requires is Requirement.TOPOLOGY:
+        if len(inventory.gpus) < 2:
+            return "This machine has a single GPU: there is no GPU-to-GPU topology to show."
+        if not inventory.topology:
+            return "NVML did not say how the GPUs on this machine are connected."
     return None
 
 

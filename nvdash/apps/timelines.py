@@ -12,6 +12,7 @@ from bokeh.layouts import gridplot
 from bokeh.models import ColumnDataSource, Line
 from bokeh.models.annotations import LegendItem
 from bokeh.models.renderers import DataRenderer, GlyphRenderer
+from bokeh.plotting import figure
 
 from nvdash.apps.context import AppContext
 from nvdash.apps.figures import (
@@ -46,6 +47,8 @@ class Series:
     value: Callable[[Snapshot], float | None]
     gpu: int | None = None
     """The GPU the line belongs to, so its legend can say when that GPU is lost."""
+    dash: str = "solid"
+    """The line's dash pattern (limits and thresholds are dashed)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,16 @@ def timeline_data(rows: Sequence[Snapshot], panels: Sequence[Panel]) -> DataDict
         for series in panel.series:
             data[series.key] = column(rows, series.value)
     return data
+
+
+def add_series_lines(fig: figure, source: ColumnDataSource, series: Sequence[Series]) -> list[GlyphRenderer[Any]]:
+    """One line per series on ``fig`` over ``source``, each renderer named by its column."""
+    # No selection or mute styling is used: skip the two extra glyph models fig.line() makes per line.
+    return [
+        fig.add_glyph(source, Line(x="time", y=item.key, line_color=item.color, line_width=2, line_dash=item.dash),
+                      name=item.key, nonselection_glyph=None, muted_glyph=None)
+        for item in series
+    ]
 
 
 class _LostLegends:
@@ -121,12 +134,7 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
         fig = timeline_figure(panel.title, panel.y_label, panel.unit, x_range, panel.y_max)
         renderers: list[DataRenderer] = []
         new_items = []
-        for series in panel.series:
-            # No selection or mute styling is used: skip the two extra glyph models fig.line() makes per line.
-            line: GlyphRenderer[Any] = fig.add_glyph(
-                source, Line(x="time", y=series.key, line_color=series.color, line_width=2),
-                name=series.key, nonselection_glyph=None, muted_glyph=None,
-            )
+        for series, line in zip(panel.series, add_series_lines(fig, source, panel.series), strict=True):
             renderers.append(line)
             item = items.get(series.legend)
             if item is None:

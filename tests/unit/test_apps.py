@@ -165,13 +165,16 @@ def test_apps_routes_titles_and_order() -> None:
         ("/GPU-Utilization", "GPU Utilization"),
         ("/GPU-Memory", "GPU Memory"),
         ("/GPU-Resources", "GPU Resources"),
+        ("/GPU-Health", "GPU Health"),
+        ("/GPU-Details", "GPU Details"),
         ("/PCIe-Throughput", "PCIe Throughput"),
         ("/NVLink-Throughput", "NVLink Throughput"),
         ("/NVLink-Timeline", "NVLink Timeline"),
+        ("/GPU-Topology", "GPU Topology"),
         ("/Machine-Resources", "Machine Resources"),
     ]
-    assert [spec.requires for spec in APPS] == [Requirement.GPU] * 4 + [Requirement.NVLINK] * 2 + [
-        Requirement.NONE]
+    assert [spec.requires for spec in APPS] == [Requirement.GPU] * 6 + [Requirement.NVLINK] * 2 + [
+        Requirement.TOPOLOGY, Requirement.NONE]
     assert all(isinstance(spec, AppSpec) and callable(spec.build) for spec in APPS)
 
 
@@ -187,11 +190,15 @@ def test_without_gpus_only_the_machine_is_offered_with_the_nvml_reason() -> None
 def test_without_nvlink_the_nvlink_apps_are_not_offered() -> None:
     inventory = Inventory(host=HOST, gpus=(L4,))
     assert [spec.route for spec in available_apps(inventory)] == [
-        "/GPU-Utilization", "/GPU-Memory", "/GPU-Resources", "/PCIe-Throughput", "/Machine-Resources"]
+        "/GPU-Utilization", "/GPU-Memory", "/GPU-Resources", "/GPU-Health", "/GPU-Details", "/PCIe-Throughput",
+        "/Machine-Resources"]
     nvlink_apps = [spec for spec in APPS if spec.requires is Requirement.NVLINK]
     assert {unavailable_reason(spec, inventory) for spec in nvlink_apps} == {
         "None of the GPUs on this machine has NVLink."}
-    assert available_apps(INVENTORY) == list(APPS)
+    with_topology = replace(INVENTORY, topology=(("X", "NV18", "SYS"), ("NV18", "X", "SYS"), ("SYS", "SYS", "X")))
+    assert available_apps(with_topology) == list(APPS)
+    assert [spec.route for spec in available_apps(INVENTORY)] == [
+        spec.route for spec in APPS if spec.requires is not Requirement.TOPOLOGY]
 
 
 def test_importing_apps_loads_no_hardware_library_and_starts_no_thread() -> None:
@@ -428,6 +435,9 @@ def test_every_app_builds_on_an_empty_store_and_without_gpus() -> None:
             assert doc.title == spec.title
             (root,) = doc.roots
             assert getattr(root, "sizing_mode", None) == "stretch_both"
+            if spec.requires is Requirement.TOPOLOGY:
+                assert doc.session_callbacks == []  # static: read once at start
+                continue
             assert len(doc.session_callbacks) == 1
             ctx.store.append(ROWS[0])
             tick(doc)

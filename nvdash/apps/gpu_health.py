@@ -1,0 +1,278 @@
+"""GPU Health: each GPU's status with its reasons, a strip of each GPU's status over time, bottleneck hints
+with their evidence, and the event log.
+
+Everything comes from the store (the newest snapshot, the recent rows, the events); nothing here reads the
+hardware. One periodic callback re-evaluates only when a new row or a new event arrived.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from html import escape
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from bokeh.document import Document
+from bokeh.layouts import row
+from bokeh.models import (
+    BasicTickFormatter,
+    ColumnDataSource,
+    CustomJSHover,
+    FixedTicker,
+    HoverTool,
+    InlineStyleSheet,
+    Range1d,
+    Rect,
+)
+from bokeh.models.widgets import DataTable, Div, HTMLTemplateFormatter, TableColumn, Toggle
+from bokeh.transform import linear_cmap
+
+from nvdash.apps.context import AppContext
+from nvdash.apps.figures import (
+    BLOCK_WIDTH,
+    STATUS_COLORS,
+    Unit,
+    add_page,
+    gpu_label,
+    text_color,
+    timeline_figure,
+    timeline_range,
+)
+from nvdash.apps.live import period_ms
+from nvdash.apps.rows import FloatArray, gpu_sample, time_ms
+from nvdash.apps.theme import apply_theme
+from nvdash.health.hints import Hint, bottleneck_hints
+from nvdash.health.status import GpuHealth, Status, evaluate, evaluate_gpu
+from nvdash.health.xid import xid_info
+from nvdash.sampling.records import GpuEvent, Inventory, Snapshot
+from nvdash.store import Store
+
+if TYPE_CHECKING:
+    from bokeh.models.renderers import DataRenderer
+    from bokeh.models.sources import DataDict
+    from bokeh.plotting import figure
+
+TITLE = "GPU Health"
+EVENT_ROWS = 200
+"""The newest events shown."""
+HINT_PERIOD_S = 5.0
+"""Hints average over a minute or more: recomputing them more often than this shows nothing new."""
+
+_MUTED = "opacity: 0.7;"
+
+
+def status_html(inventory: Inventory, healths: Sequence[GpuHealth]) -> str:
+    """One row per GPU: its coloured status, its name and bus id, and each reason with what to do."""
+    if not inventory.gpus:
+        detail = (inventory.nvml_error or "").strip()
+        return f"<p>No NVIDIA GPU was found{': ' + escape(detail) if detail else '.'}</p>"
+    by_index = {health.index: health for health in healths}
+    rows = []
+    for info in inventory.gpus:
+        health = by_index.get(info.index)
+        status = Status.OK if health is None else health.status
+        color = STATUS_COLORS[status.value]
+        badge = (f'<span style="display:inline-block;min-width:5.5em;text-align:center;padding:1px 6px;'
+                 f'border-radius:4px;color:#fff;background:{color};font-weight:600">{status.label}</span>')
+        if health is None or not health.findings:
+            reasons = f'<span style="{_MUTED}">no problem found</span>'
+        else:
+            items = []
+            for finding in health.findings:
+                action = f' <span style="{_MUTED}">({escape(finding.action)})</span>' if finding.action else ""
+                items.append(f'<li><span style="color:{STATUS_COLORS[finding.status.value]}">&#9679;</span> '
+                             f"{escape(finding.text)}{action}</li>")
+            reasons = f'<ul style="margin:0;padding-left:1em;list-style:none">{"".join(items)}</ul>'
+        bus = f' <span style="{_MUTED}">{escape(info.pci_bus_id)}</span>' if info.pci_bus_id else ""
+        rows.append(f'<tr data-status="{status.value}"><td style="padding:4px 8px;vertical-align:top">{badge}</td>'
+                    f'<td style="padding:4px 8px;vertical-align:top;white-space:nowrap"><b>GPU {info.index}</b> '
+                    f"{escape(info.name)}{bus}</td>"
+                    f'<td style="padding:4px 8px;vertical-align:top">{reasons}</td></tr>')
+    return f'<table style="border-collapse:collapse;width:100%">{"".join(rows)}</table>'
+
+
+def hints_html(hints: Sequence[Hint]) -> str:
+    """Each hint with its evidence; a plain sentence when there is none."""
+    if not hints:
+        return f'<p style="{_MUTED}">No bottleneck stands out in the recent readings.</p>'
+    items = "".join(f"<li><b>{escape(hint.text)}</b><br><span style=\"{_MUTED}\">{escape(hint.evidence)}</span></li>"
+                    for hint in hints)
+    return f'<ul style="margin:0;padding-left:1.2em">{items}</ul>'
+
+
+def _event_text(event: GpuEvent) -> tuple[str, str, str]:
+    """``(severity, message, action)``; an XID is described from the catalog."""
+    if event.kind != "xid":
+        return event.severity, event.message, ""
+    info = xid_info(event.code)
+    return info.severity, f"XID {event.code}: {info.meaning}", info.action
+
+
+def event_columns(events: Sequence[GpuEvent], limit: int = EVENT_ROWS, *, info: bool = True) -> dict[str, list[Any]]:
+    """The event table's source: the newest ``limit`` events (without ``info`` ones unless asked), newest first.
+
+    Events come from two threads (the sampler, the XID watcher), so they are ordered by their time here.
+    """
+    data: dict[str, list[Any]] = {name: [] for name in (
+        "time", "gpu", "severity", "color", "kind", "message", "action")}
+    shown: list[tuple[GpuEvent, str, str, str]] = []
+    for event in sorted(events, key=lambda event: event.time_s, reverse=True):
+        if len(shown) >= limit:
+            break
+        severity, message, action = _event_text(event)
+        if info or severity != "info":
+            shown.append((event, severity, message, action))
+    for event, severity, message, action in shown:
+        data["time"].append(event.time_s * 1000.0)
+        data["gpu"].append("all" if event.gpu_index is None else f"GPU {event.gpu_index}")
+        data["severity"].append(severity)
+        data["color"].append(STATUS_COLORS.get(severity, STATUS_COLORS["info"]))
+        data["kind"].append(event.kind)
+        data["message"].append(message)
+        data["action"].append(action)
+    return data
+
+
+_DARK_TABLE_CSS = """
+.slick-header-column, .slick-header-columns, .slick-row, .slick-cell, .slick-viewport, .bk-data-table {
+  background-color: #15191c; color: #e0e0e0; border-color: #3a3f44;
+}
+.slick-row.odd, .slick-row.odd .slick-cell { background-color: #1f2428; }
+"""
+
+
+def _event_table(source: ColumnDataSource, dark: bool) -> DataTable:
+    time_format = HTMLTemplateFormatter(template="<%= new Date(value).toLocaleString() %>")
+    severity_format = HTMLTemplateFormatter(
+        template='<span style="color:<%= color %>;font-weight:600"><%= value %></span>')
+    return DataTable(
+        source=source,
+        columns=[
+            TableColumn(field="time", title="time", formatter=time_format, width=150),
+            TableColumn(field="gpu", title="GPU", width=55),
+            TableColumn(field="severity", title="severity", formatter=severity_format, width=65),
+            TableColumn(field="kind", title="kind", width=60),
+            TableColumn(field="message", title="what happened", width=380),
+            TableColumn(field="action", title="what to do", width=380),
+        ],
+        index_position=None,
+        sortable=True,
+        sizing_mode="stretch_both",
+        min_height=160,
+        stylesheets=[InlineStyleSheet(css=_DARK_TABLE_CSS)] if dark else [],
+    )
+
+
+def history_columns(inventory: Inventory, rows: Sequence[Snapshot]) -> DataDict:
+    """The status strip's source: ``time`` and, per GPU, its status rank from that row's readings (0 OK,
+    1 Warning, 2 Critical; NaN where the GPU has no reading). Recent events are left out: this is what the
+    readings said at each moment."""
+    data: DataDict = {"time": time_ms(rows)}
+    for info in inventory.gpus:
+        ranks: FloatArray = np.full(len(rows), np.nan)
+        for i, snapshot in enumerate(rows):
+            sample = gpu_sample(snapshot, info.index)
+            if sample is not None:
+                ranks[i] = evaluate_gpu(info, sample, (), snapshot.time_s).status.rank
+        data[f"status/{info.index}"] = ranks
+    return data
+
+
+def _history_figure(inventory: Inventory, source: ColumnDataSource, interval_s: float) -> figure:
+    """One row per GPU (the first on top), a block per reading coloured by its status."""
+    count = len(inventory.gpus)
+    fig = timeline_figure("Status over time (from the readings)", "", Unit.PCT, timeline_range(), None)
+    fig.sizing_mode = "stretch_width"
+    fig.height = 60 + 22 * max(count, 1)
+    fig.y_range = Range1d(start=-0.6, end=max(count, 1) - 0.4)
+    fig.yaxis.ticker = FixedTicker(ticks=list(range(count)))
+    fig.yaxis.formatter = BasicTickFormatter()
+    fig.yaxis.major_label_overrides = {float(count - 1 - n): gpu_label(info) for n, info in enumerate(inventory.gpus)}
+    fig.yaxis.axis_label = None
+    fig.ygrid.grid_line_color = None
+    palette = [STATUS_COLORS["ok"], STATUS_COLORS["warning"], STATUS_COLORS["critical"]]
+    renderers: list[DataRenderer] = []
+    for n, info in enumerate(inventory.gpus):
+        column = f"status/{info.index}"
+        fill = linear_cmap(column, palette, -0.5, 2.5, nan_color="rgba(0,0,0,0)")
+        block = Rect(x="time", y=float(count - 1 - n), width=interval_s * 1000.0 * BLOCK_WIDTH, height=0.7,
+                     fill_color=fill, line_color=None)
+        renderers.append(fig.add_glyph(source, block, name=column, nonselection_glyph=None, muted_glyph=None))
+    labels = {f"status/{info.index}": gpu_label(info) for info in inventory.gpus}
+    fig.add_tools(HoverTool(renderers=renderers, tooltips=[("GPU", "$name{label}"), ("status", "@$name{status}")],
+                            formatters={
+                                "$name": CustomJSHover(args={"labels": labels}, code="return labels[value] ?? value;"),
+                                "@$name": CustomJSHover(code='return ["OK", "Warning", "Critical"][value] ?? "n/a";'),
+                            }))
+    return fig
+
+
+class HealthView:
+    """The page's live parts and what it last showed; ``poll`` is the document's one periodic callback."""
+
+    def __init__(self, store: Store, dark: bool, interval_s: float = 1.0) -> None:
+        self.store = store
+        style: dict[str, str | None] = {"color": text_color(dark)}
+        rows, self.history_seq = store.since(0)
+        self.history = ColumnDataSource(data=history_columns(store.inventory, rows))
+        self.history_figure = _history_figure(store.inventory, self.history, interval_s)
+        self.status = Div(text="", sizing_mode="stretch_width", styles=style, name="status")
+        self.hints = Div(text="", sizing_mode="stretch_width", styles=style, name="hints")
+        self.events = ColumnDataSource(data=event_columns([]))
+        self.table = _event_table(self.events, dark)
+        self.hide_info = Toggle(label="Hide info events", active=False, width=140, height=30, sizing_mode="fixed")
+        self.hide_info.on_change("active", lambda _attr, _old, _new: self.show_events())
+        self.row_seq = -1
+        self.event_seq = -1
+        self.hints_at: float | None = None
+
+    def poll(self) -> None:
+        """Re-evaluate when a row or an event is new; recompute hints at most every ``HINT_PERIOD_S``."""
+        store = self.store
+        row_seq, event_seq = store.last_seq, store.event_seq
+        if row_seq == self.row_seq and event_seq == self.event_seq:
+            return
+        inventory = store.inventory
+        new_rows, self.history_seq = store.since(self.history_seq)
+        if new_rows:
+            self.history.stream(history_columns(inventory, new_rows), rollover=store.capacity)
+        latest = store.latest()
+        now = latest.time_s if latest is not None else time.time()
+        events = store.events()
+        text = status_html(inventory, evaluate(inventory, latest, events, now))
+        if text != self.status.text:
+            self.status.text = text
+        if event_seq != self.event_seq:
+            self.show_events(events)
+        if self.hints_at is None or now - self.hints_at >= HINT_PERIOD_S or now < self.hints_at:
+            self.hints_at = now
+            rows, _ = store.since(0)
+            text = hints_html(bottleneck_hints(inventory, rows))
+            if text != self.hints.text:
+                self.hints.text = text
+        self.row_seq, self.event_seq = row_seq, event_seq
+
+    def show_events(self, events: Sequence[GpuEvent] | None = None) -> None:
+        """Refill the event table (from the store unless ``events`` are given)."""
+        kept = self.store.events() if events is None else events
+        self.events.data = event_columns(kept, info=not self.hide_info.active)
+
+
+def _heading(text: str, dark: bool, width: int | None = None) -> Div:
+    styles: dict[str, str | None] = {"color": text_color(dark), "font-size": "1.1em"}
+    if width is None:
+        return Div(text=f"<b>{escape(text)}</b>", sizing_mode="stretch_width", styles=styles)
+    return Div(text=f"<b>{escape(text)}</b>", width=width, height=30, styles=styles)
+
+
+def build(doc: Document, ctx: AppContext) -> None:
+    """Status, hints and events, filled now and refreshed by one periodic callback."""
+    dark = apply_theme(doc)
+    view = HealthView(ctx.store, dark, ctx.interval_s)
+    view.poll()
+    doc.add_periodic_callback(view.poll, period_ms(ctx))
+    add_page(doc, TITLE, _heading("Status", dark), view.status, view.history_figure,
+             _heading("Bottleneck hints", dark), view.hints,
+             row(_heading("Events (newest first)", dark, width=200), view.hide_info), view.table,
+             dark=dark)
