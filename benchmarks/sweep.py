@@ -15,9 +15,8 @@ import argparse
 import statistics
 import time
 
-from nvdash.health.events import detect_events
+from nvdash.health.events import EventDetector
 from nvdash.sampling.hardware import open_hardware
-from nvdash.sampling.records import GpuEvent, Snapshot
 from nvdash.sampling.sampler import Sampler
 from nvdash.store import Store
 
@@ -37,11 +36,8 @@ def main() -> None:
     try:
         inventory = hardware.inventory
         store = Store(inventory)
-
-        def derive(previous: Snapshot | None, current: Snapshot) -> list[GpuEvent]:
-            return detect_events(inventory, previous, current)
-
-        sampler = Sampler(store, hardware.host, hardware.gpus, interval_s=args.interval, derive_events=derive)
+        detector = EventDetector(inventory)
+        sampler = Sampler(store, hardware.host, hardware.gpus, interval_s=args.interval, derive_events=detector)
         fake = hardware.fake
         counts = getattr(fake, "call_counts", dict)
         gpus = hardware.gpus

@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         "--simulate",
         metavar="PROFILE",
         help=f"show simulated GPUs instead of real ones (also ${ENV_SIMULATE}); "
-        "profiles: dgx-h100, a100-pcie-2, t4, none",
+        "profiles: dgx-h100, dgx-a100, dgx-b200, a100-pcie-2, t4, none",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulated workload (default 0)")
     parser.add_argument(

@@ -33,7 +33,7 @@ from nvdash.settings import Settings
 from nvdash.store import Store
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
-PROFILES_HINT = "dgx-h100, a100-pcie-2, t4"
+PROFILES_HINT = "dgx-h100, dgx-a100, dgx-b200, a100-pcie-2, t4"
 
 
 @dataclass

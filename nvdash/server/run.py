@@ -8,9 +8,9 @@ import signal
 import sys
 from types import FrameType
 
-from nvdash.health.events import detect_events
+from nvdash.health.events import EventDetector
 from nvdash.sampling.hardware import Hardware, open_hardware
-from nvdash.sampling.records import GpuEvent, Snapshot
+from nvdash.sampling.records import GpuEvent
 from nvdash.sampling.sampler import Sampler
 from nvdash.server import gc_policy
 from nvdash.server.app import Runtime, make_server
@@ -29,12 +29,13 @@ def start_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
     except ValueError as error:
         raise StartupError(str(error)) from None
     store = Store(hardware.inventory, capacity=settings.history)
-    inventory = hardware.inventory
-
-    def derive(previous: Snapshot | None, current: Snapshot) -> list[GpuEvent]:
-        return detect_events(inventory, previous, current)
-
-    sampler = Sampler(store, hardware.host, hardware.gpus, interval_s=settings.interval_s, derive_events=derive)
+    sampler = Sampler(
+        store,
+        hardware.host,
+        hardware.gpus,
+        interval_s=settings.interval_s,
+        derive_events=EventDetector(hardware.inventory),
+    )
     gpus = hardware.gpus
     fake = hardware.fake
     runtime = Runtime(
