@@ -105,7 +105,7 @@ class DeviceProber:
             pcie_width=width or None,
             pcie_max_bytes_per_s=pcie_max,
             nvlink_links=len(device.nvlink_active),
-            nvlink_max_bytes_per_s=link_rate * len(device.nvlink_active) if link_rate and device.nvlink_active else None,
+            nvlink_max_bytes_per_s=link_rate * len(device.nvlink_active) if link_rate else None,
             pci_bus_id=_text(getattr(pci, "busId", "")) if pci is not None else "",
             nvlink_version=version,
             nvlink_link_bytes_per_s=link_rate,
