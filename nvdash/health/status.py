@@ -174,16 +174,21 @@ def _pcie(info: GpuInfo, sample: GpuSample) -> list[Finding]:
 
 
 def _nvlink(info: GpuInfo, sample: GpuSample) -> list[Finding]:
-    # NVLink reads as down on PCIe cards without bridges: only GPUs with active links at start count.
-    if info.nvlink_links <= 0 or all(link.active is None for link in sample.nvlinks):
+    """Links that should be up and are down.
+
+    On NVSwitch systems every link NVML knows should be up; elsewhere (bridged PCIe cards) only the links that
+    were up at start, since unbridged links read as down by design. A GPU with no link up at start (a PCIe card
+    without bridges) has nothing to report.
+    """
+    if info.nvlink_links <= 0:
         return []
-    active = sum(1 for link in sample.nvlinks if link.active)
-    missing = info.nvlink_links - active
-    if missing <= 0:
+    expected = {link.link for link in sample.nvlinks} if info.nvlink_to_switch else set(info.nvlink_active_links)
+    down = [str(link.link) for link in sample.nvlinks if link.active is False and link.link in expected]
+    if not down:
         return []
-    down = [str(link.link) for link in sample.nvlinks if link.active is False]
-    which = f" (link{'s' if len(down) > 1 else ''} {', '.join(down)})" if down and len(down) <= 8 else ""
-    return [Finding(Status.WARNING, f"NVLink: {missing} of {info.nvlink_links} links down{which}", "nvlink",
+    known = sum(1 for link in sample.nvlinks if link.active is not None and link.link in expected)
+    which = f" (link{'s' if len(down) > 1 else ''} {', '.join(down)})" if len(down) <= 8 else ""
+    return [Finding(Status.WARNING, f"NVLink: {len(down)} of {known} links down{which}", "nvlink",
                     "check the NVLink bridges or the NVSwitch fabric; reset the GPU")]
 
 

@@ -16,6 +16,8 @@ FI_NVLINK_GET_SPEED = 164
 FI_PCIE_COUNT_TX_BYTES = 197
 FI_PCIE_COUNT_RX_BYTES = 198
 NVLINK_MAX_LINKS = 36
+NVLINK_DEVICE_TYPE_SWITCH = 2
+"""``NVML_NVLINK_DEVICE_TYPE_SWITCH``."""
 NVLINK_THROUGHPUT_FIELDS = (FI_NVLINK_THROUGHPUT_DATA_TX, FI_NVLINK_THROUGHPUT_DATA_RX)
 
 # Per lane, per direction, after line encoding (bytes/s).
@@ -108,6 +110,8 @@ class DeviceProber:
             nvlink_max_bytes_per_s=link_rate * len(device.nvlink_active) if link_rate else None,
             pci_bus_id=_text(getattr(pci, "busId", "")) if pci is not None else "",
             nvlink_version=version,
+            nvlink_active_links=device.nvlink_active,
+            nvlink_to_switch=self._links_to_switch(device),
             nvlink_link_bytes_per_s=link_rate,
             nvlink_speed_from_driver=from_driver,
             temperature_slowdown_c=thresholds["slowdown"],
@@ -146,6 +150,15 @@ class DeviceProber:
         if not active:
             return (), ()
         return tuple(present), tuple(active)
+
+    def _links_to_switch(self, device: Device) -> bool:
+        """True when an active link's far end is an NVSwitch (``NVML_NVLINK_DEVICE_TYPE_SWITCH``)."""
+        nvml = self._nvml
+        for link in device.nvlink_active:
+            kind = self._get(device, "nvlink_remote_type", nvml.nvmlDeviceGetNvLinkRemoteDeviceType, link)
+            if kind is not None:
+                return int(kind) == NVLINK_DEVICE_TYPE_SWITCH
+        return False
 
     def _nvlink_version(self, device: Device) -> str | None:
         if not device.nvlink_active:

@@ -30,6 +30,10 @@ class GpuInfo:
     """Decoded from NVML's ``nvmlNvlinkVersion_t`` enum, e.g. ``"4.0"``; ``None`` without NVLink."""
     nvlink_link_bytes_per_s: float | None = None
     """One link's rate per direction: the driver's speed field where it answers, else the version's figure."""
+    nvlink_active_links: tuple[int, ...] = ()
+    """The ids of the links that were up at start."""
+    nvlink_to_switch: bool = False
+    """Whether the links lead to NVSwitches (every link NVML knows is then meant to be up)."""
     nvlink_speed_from_driver: bool = False
     """Whether ``nvlink_link_bytes_per_s`` came from the driver (``NVML_FI_DEV_NVLINK_GET_SPEED``)."""
     temperature_slowdown_c: float | None = None

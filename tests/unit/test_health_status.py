@@ -204,9 +204,19 @@ def test_pcie_unknown_maximum_or_current_gives_no_finding() -> None:
 
 def test_nvlink_links_down_on_an_nvlink_gpu_are_a_warning() -> None:
     links = tuple(NvLinkSample(link, active=link not in (3, 7)) for link in range(18))
-    result = health_of(healthy(nvlinks=links))
+    up_at_start = replace(H100, nvlink_active_links=tuple(range(18)))
+    result = health_of(healthy(nvlinks=links), up_at_start)
     assert result.status is Status.WARNING
     assert texts(result) == ["NVLink: 2 of 18 links down (links 3, 7)"]
+
+
+def test_a_link_down_from_the_start_on_an_nvswitch_system_is_a_warning() -> None:
+    links = tuple(NvLinkSample(link, active=link != 3) for link in range(18))
+    switched = replace(H100, nvlink_links=17, nvlink_active_links=tuple(i for i in range(18) if i != 3),
+                       nvlink_to_switch=True)
+    assert texts(health_of(healthy(nvlinks=links), switched)) == ["NVLink: 1 of 18 links down (link 3)"]
+    bridged = replace(switched, nvlink_to_switch=False)
+    assert health_of(healthy(nvlinks=links), bridged).findings == (), "an unbridged link of a PCIe card"
 
 
 def test_nvlink_down_on_a_pcie_card_without_bridges_is_not_a_finding() -> None:
@@ -215,7 +225,7 @@ def test_nvlink_down_on_a_pcie_card_without_bridges_is_not_a_finding() -> None:
 
 
 def test_nvlink_entries_beyond_the_wired_links_are_not_a_finding() -> None:
-    twelve = replace(H100, nvlink_links=12)
+    twelve = replace(H100, nvlink_links=12, nvlink_active_links=tuple(range(12)))
     links = tuple(NvLinkSample(link, active=link < 12) for link in range(18))
     assert health_of(healthy(nvlinks=links), twelve).findings == ()
 

@@ -171,6 +171,11 @@ def test_readings_follow_nvml_units(dgx: tuple[NvmlSource, FakeNvmlLibrary], clo
     assert info.ecc_enabled is True
     assert info.memory_error_mechanism == "row remapping"
     assert info.gpm_supported is True
+    assert info.nvlink_to_switch is (
+        pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, 0) == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
+    )
+    assert info.nvlink_to_switch, "a DGX H100's links lead to NVSwitches"
+    assert info.nvlink_active_links == tuple(range(18))
     assert sample.pcie_generation_current == pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)
     assert sample.pcie_width_current == pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle)
     assert sample.pcie_replay_count == pynvml.nvmlDeviceGetPcieReplayCounter(handle)
