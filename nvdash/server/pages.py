@@ -46,6 +46,8 @@ def info_json(inventory: Inventory) -> dict[str, Any]:
                 "pcie_max_bytes_per_s": gpu.pcie_max_bytes_per_s,
                 "nvlink_links": gpu.nvlink_links,
                 "nvlink_max_bytes_per_s": gpu.nvlink_max_bytes_per_s,
+                "nvlink_version": gpu.nvlink_version,
+                "pci_bus_id": gpu.pci_bus_id,
             }
             for gpu in inventory.gpus
         ],
