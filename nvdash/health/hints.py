@@ -32,6 +32,8 @@ MEMORY_MIN_SPAN_S = 30.0
 NVLINK_MIN_SHARE = 0.05
 """The busiest GPU must move at least this share of its NVLink maximum for an imbalance to matter."""
 NVLINK_UNBALANCED_RATIO = 0.5
+NVLINK_BUSY_PCT = 10.0
+"""GPUs whose mean utilization is below this are not computing at all: their quiet links are no imbalance."""
 
 GiB = 1024**3
 
@@ -187,7 +189,7 @@ def _memory_trend(inventory: Inventory, rows: Sequence[Snapshot]) -> list[Hint]:
         seconds = max(0.0, (capacity - now_used) / slope)
         if seconds > MEMORY_HORIZON_S or math.isnan(seconds):
             continue
-        when = "any moment now" if seconds < 60 else f"in about {seconds / 60:.0f} min"
+        when = f"in about {seconds:.0f} s" if seconds < 60 else f"in about {seconds / 60:.0f} min"
         span = points[-1][0] - points[0][0]
         hints.append(Hint("memory", (info.index,),
                           f"GPU {info.index} memory is filling up: full {when} at this rate",
@@ -206,6 +208,9 @@ def _nvlink_balance(inventory: Inventory, rows: Sequence[Snapshot]) -> list[Hint
             continue
         tx = _gpu_mean(samples, lambda s: None if s.lost else s.nvlink_tx_bytes_per_s)
         rx = _gpu_mean(samples, lambda s: None if s.lost else s.nvlink_rx_bytes_per_s)
+        busy = _gpu_mean(samples, lambda s: None if s.lost else s.utilization_pct)
+        if busy is not None and busy < NVLINK_BUSY_PCT:
+            continue
         if tx is not None and rx is not None:
             traffic.append((info, tx + rx))
     if len(traffic) < 2:

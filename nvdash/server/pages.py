@@ -112,7 +112,8 @@ def _health_cell(health: GpuHealth | None) -> dict[str, str]:
     more = len(health.findings) - 1
     if more > 0:
         reason += f" (+{more} more)"
-    return {"status": health.status.value, "label": health.status.name.title(), "reason": reason}
+    labels = {"ok": "OK", "warning": "Warning", "critical": "Critical"}
+    return {"status": health.status.value, "label": labels[health.status.value], "reason": reason}
 
 
 def _unavailable_by_reason(inventory: Inventory) -> list[dict[str, str]]:

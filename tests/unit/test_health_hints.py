@@ -117,7 +117,8 @@ def test_memory_growing_steadily_gets_a_time_to_full() -> None:
 
 def test_reserved_memory_is_not_available_to_fill() -> None:
     (hint,) = bottleneck_hints(INVENTORY, growing(0.1 * GiB, 48.0, reserved=19 * GiB))
-    assert hint.text == "GPU 0 memory is filling up: full any moment now at this rate"
+    # 60 GiB used of 80 - 19 = 61 GiB, growing 0.1 GiB/s: 10 s left.
+    assert hint.text == "GPU 0 memory is filling up: full in about 10 s at this rate"
     assert "of 61.0 GiB available" in hint.evidence
 
 
@@ -176,6 +177,14 @@ def test_nvlink_traffic_unbalanced_across_gpus() -> None:
 def test_nvlink_balance_needs_real_traffic_and_two_known_gpus(tx: tuple[float | None, ...],
                                                               rx: tuple[float | None, ...]) -> None:
     assert bottleneck_hints(INVENTORY, nvlink_rows(tx, rx)) == []
+
+
+def test_an_idle_gpu_with_quiet_links_is_not_an_imbalance() -> None:
+    gpus = (GpuSample(0, utilization_pct=90.0, nvlink_tx_bytes_per_s=100e9, nvlink_rx_bytes_per_s=100e9),
+            GpuSample(1, utilization_pct=0.0, nvlink_tx_bytes_per_s=0.0, nvlink_rx_bytes_per_s=0.0))
+    assert bottleneck_hints(INVENTORY, rows(60, gpus=gpus)) == []
+    working = (gpus[0], replace(gpus[1], utilization_pct=95.0))
+    assert kinds(bottleneck_hints(INVENTORY, rows(60, gpus=working))) == ["nvlink"], "a busy GPU with quiet links"
 
 
 def test_gpus_without_nvlink_are_not_compared() -> None:
