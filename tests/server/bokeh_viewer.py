@@ -35,6 +35,7 @@ class Viewer(threading.Thread):
         self._stop_requested = threading.Event()
         self.ready = threading.Event()
         self.error: BaseException | None = None
+        self._loop: Any = None
 
     def run(self) -> None:
         try:
@@ -43,6 +44,7 @@ class Viewer(threading.Thread):
             self.error = error
             self.ready.set()
             return
+        self._loop = session._connection._loop
         self.ready.set()
         try:
             # Each applied message nests bokeh.client's loop one call deeper: run it in slices.
@@ -54,10 +56,26 @@ class Viewer(threading.Thread):
         finally:
             session.close()
 
-    def stop(self) -> None:
-        """Ask the viewer to close its session after the next update, and wait for it."""
+    def request_stop(self) -> None:
+        """Ask the viewer to close its session (without waiting); a static page sends no update to wake it,
+        so its client loop is stopped from here (tornado's ``add_callback`` is thread-safe)."""
         self._stop_requested.set()
+        loop = self._loop
+        if loop is not None:
+            loop.add_callback(loop.stop)
+
+    def stop(self) -> None:
+        """Ask the viewer to close its session, and wait for it."""
+        self.request_stop()
         self.join(30)
+
+
+def stop_all(viewers: list[Viewer]) -> None:
+    """Stop many viewers at once: ask them all first, then wait for each."""
+    for viewer in viewers:
+        viewer.request_stop()
+    for viewer in viewers:
+        viewer.join(30)
 
 
 def source_data(session: ClientSession) -> list[dict[str, list[Any]]]:

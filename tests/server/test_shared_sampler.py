@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from tests.conftest import NvdashServer, nvdash_server
-from tests.server.bokeh_viewer import Viewer
+from tests.server.bokeh_viewer import Viewer, stop_all
 from tests.server.test_server import ROUTES
 
 WINDOW_S = 5.0
@@ -42,11 +42,9 @@ def test_ten_viewers_cost_the_same_nvml_calls_as_one() -> None:
                 assert server.health()["sessions"] == 10 * len(ROUTES)
                 many = _calls_per_second(server)
             finally:
-                for viewer in nine:
-                    viewer.stop()
+                stop_all(nine)
         finally:
-            for viewer in one:
-                viewer.stop()
+            stop_all(one)
     assert idle > 0
     assert abs(single - idle) / idle < 0.1, (idle, single)
     assert abs(many - single) / single < 0.1, (single, many)
