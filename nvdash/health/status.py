@@ -79,11 +79,15 @@ def worst(statuses: Iterable[Status]) -> Status:
 
 
 def format_age(seconds: float) -> str:
-    """``"just now"``, ``"40 s ago"``, ``"2 min ago"``, ``"3 h ago"``."""
-    if seconds < 1:
+    """``"just now"``, ``"40 s ago"``, ``"2 min ago"``, ``"3 h ago"``.
+
+    Seconds are counted in tens, so a live page's text (and what it sends to browsers) changes every 10 s,
+    not every sweep.
+    """
+    if seconds < 10:
         return "just now"
     if seconds < 60:
-        return f"{seconds:.0f} s ago"
+        return f"{int(seconds // 10) * 10} s ago"
     if seconds < 3600:
         return f"{int(seconds // 60)} min ago"
     return f"{int(seconds // 3600)} h ago"

@@ -284,7 +284,9 @@ def test_findings_are_sorted_worst_first() -> None:
 def test_age_reads_like_a_person_would_say_it() -> None:
     assert format_age(0.2) == "just now"
     assert format_age(-5) == "just now"
-    assert format_age(42) == "42 s ago"
+    assert format_age(42) == "40 s ago", "tens of seconds: a live page's text changes every 10 s, not every sweep"
+    assert format_age(9.9) == "just now"
+    assert format_age(10) == "10 s ago"
     assert format_age(150) == "2 min ago"
     assert format_age(7300) == "2 h ago"
 
