@@ -29,8 +29,7 @@ INCREMENT_MARK = " rose by "
 
 def increment_subject(event: GpuEvent) -> str | None:
     """The counter a counter-increment event is about (``"corrected ECC errors"``), else ``None``."""
-    subject, mark, _ = event.message.partition(INCREMENT_MARK)
-    return subject if mark else None
+    return event.counter
 
 
 def format_duration(seconds: float) -> str:
@@ -90,8 +89,8 @@ class _Sweep:
     now: float
     out: list[GpuEvent]
 
-    def emit(self, kind: str, message: str, severity: str = "info") -> None:
-        self.out.append(GpuEvent(self.now, self.gpu, kind, message, severity))
+    def emit(self, kind: str, message: str, severity: str = "info", counter: str | None = None) -> None:
+        self.out.append(GpuEvent(self.now, self.gpu, kind, message, severity, counter=counter))
 
 
 _FLAGS: tuple[tuple[str, str, str, str, str], ...] = (
@@ -224,7 +223,8 @@ class EventDetector:
             state.pending[key] = _Pending(delta, value, counter)
             return
         state.last_emit_s[key] = sweep.now
-        sweep.emit(counter.kind, f"{counter.subject}{INCREMENT_MARK}{delta} (now {value})", counter.severity)
+        sweep.emit(counter.kind, f"{counter.subject}{INCREMENT_MARK}{delta} (now {value})", counter.severity,
+                   counter.subject)
 
     def _flush(self, sweep: _Sweep) -> None:
         """Report the increments held back once their counter's quiet time has passed."""
@@ -235,7 +235,7 @@ class EventDetector:
                 state.last_emit_s[key] = sweep.now
                 counter = pending.counter
                 sweep.emit(counter.kind, f"{counter.subject}{INCREMENT_MARK}{pending.delta} (now {pending.total})",
-                           counter.severity)
+                           counter.severity, counter.subject)
 
     def _throttling(self, sweep: _Sweep, sample: GpuSample) -> None:
         mask = sample.clock_event_reasons

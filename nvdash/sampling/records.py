@@ -148,6 +148,8 @@ class GpuEvent:
     message: str
     severity: str = "info"
     code: int | None = None
+    counter: str | None = None
+    """For a counter increment, which counter rose (``"corrected ECC errors"``); else ``None``."""
 
 
 EVENT_KINDS = ("xid", "ecc", "remap", "throttle", "link", "pcie", "lost", "health")

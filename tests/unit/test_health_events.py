@@ -50,7 +50,8 @@ def test_no_previous_snapshot_and_no_change_give_no_events() -> None:
 
 def test_events_carry_time_gpu_and_a_known_kind() -> None:
     (event,) = detect_events(INVENTORY, snap(1.0, gpu0()), snap(2.0, gpu0(ecc_uncorrected_volatile=1)))
-    assert event == GpuEvent(2.0, 0, "ecc", "uncorrectable ECC errors rose by 1 (now 1)", "critical")
+    assert event == GpuEvent(2.0, 0, "ecc", "uncorrectable ECC errors rose by 1 (now 1)", "critical",
+                             counter="uncorrectable ECC errors")
     assert event.kind in EVENT_KINDS
 
 
@@ -196,7 +197,8 @@ def test_the_detector_has_the_samplers_deriver_shape() -> None:
 
 
 def test_increment_subject_and_durations() -> None:
-    assert increment_subject(GpuEvent(1.0, 0, "pcie", "PCIe replays rose by 4 (now 4)", "warning")) == "PCIe replays"
+    assert increment_subject(GpuEvent(1.0, 0, "pcie", "PCIe replays rose by 4 (now 4)", "warning",
+                                      counter="PCIe replays")) == "PCIe replays"
     assert increment_subject(GpuEvent(1.0, 0, "link", "NVLink link 2 went down", "warning")) is None
     assert format_duration(12.4) == "12 s"
     assert format_duration(185) == "3 min 5 s"

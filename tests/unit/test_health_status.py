@@ -261,12 +261,15 @@ def test_old_xids_other_gpus_xids_and_unknown_codes() -> None:
 
 def test_rising_counters_from_the_event_log_are_findings_level_changes_are_not() -> None:
     events = (
-        GpuEvent(NOW - 90, 0, "ecc", "corrected ECC errors rose by 2 (now 5)", "warning"),
-        GpuEvent(NOW - 30, 0, "ecc", "corrected ECC errors rose by 4 (now 9)", "warning"),
-        GpuEvent(NOW - 10, 0, "link", "NVLink link 2 CRC errors rose by 7 (now 7)", "warning"),
+        GpuEvent(NOW - 90, 0, "ecc", "corrected ECC errors rose by 2 (now 5)", "warning",
+                 counter="corrected ECC errors"),
+        GpuEvent(NOW - 30, 0, "ecc", "corrected ECC errors rose by 4 (now 9)", "warning",
+                 counter="corrected ECC errors"),
+        GpuEvent(NOW - 10, 0, "link", "NVLink link 2 CRC errors rose by 7 (now 7)", "warning",
+                 counter="NVLink link 2 CRC errors"),
         GpuEvent(NOW - 10, 0, "link", "NVLink link 2 went down", "warning"),
         GpuEvent(NOW - 10, 0, "throttle", "HW thermal throttling started", "warning"),
-        GpuEvent(NOW - 10, 0, "pcie", "PCIe replays rose by 1 (now 1)", "info"),
+        GpuEvent(NOW - 10, 0, "pcie", "PCIe replays rose by 1 (now 1)", "info", counter="PCIe replays"),
     )
     result = health_of(healthy(), events=events)
     assert result.status is Status.WARNING
