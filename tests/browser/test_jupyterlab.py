@@ -187,8 +187,11 @@ def test_panes_are_restored_after_a_reload(page: Page, lab: JupyterLab) -> None:
     page.evaluate("async () => { await window.jupyterapp.restored; }")
     expect(page.locator(".jp-nvdash-Pane")).to_have_count(len(ROUTES), timeout=30_000)
     for route in ("/GPU-Utilization", "/Machine-Resources"):
+        # Restored panes keep their tabs; bring each to the front as a user would (it is focused, not reopened).
+        open_dashboard(page, ROUTES[route])
         expect(pane(page, route)).to_be_visible()
         wait_for_canvas(page, route)
+    expect(page.locator(".jp-nvdash-Pane")).to_have_count(len(ROUTES))
     assert keeps_changing(pane(page, "/Machine-Resources"))
     expect(page.locator(".jp-NotebookPanel")).to_have_count(1)
     page.screenshot(path=str(artifact("jupyterlab-restored.png")))
