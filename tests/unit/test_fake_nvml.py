@@ -9,19 +9,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pynvml
 import pytest
 
-from nvdash.sampling.fake import PROFILES, FakeNvmlLibrary, Profile, profile_names
+from nvdash.sampling.fake import PROFILES, FakeNvmlLibrary, profile_names
 from nvdash.sampling.fake.workload import SLOT_S, Series, Workload
 from nvdash.sampling.nvml_source import install_library
+from tests.unit.conftest import START, FakeClock, Install
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
-START = 1_700_000_000.0
 UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 FI_PCIE_TX, FI_PCIE_RX = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
 FI_NVLINK_TX, FI_NVLINK_RX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
@@ -30,46 +30,6 @@ PCIE_COUNTERS: list[tuple[int, Series]] = [
     (pynvml.NVML_PCIE_UTIL_TX_BYTES, "pcie_tx"),
     (pynvml.NVML_PCIE_UTIL_RX_BYTES, "pcie_rx"),
 ]
-
-
-class FakeClock:
-    """A clock that moves only when told to."""
-
-    def __init__(self, now: float = START) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def at(self, seconds_after_start: float) -> None:
-        self.now = START + seconds_after_start
-
-
-Install = Callable[..., FakeNvmlLibrary]
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def install(clock: FakeClock) -> Iterator[Install]:
-    """Install a fake under the real pynvml (one at a time); always restores pynvml's own library."""
-    restores: list[Callable[[], None]] = []
-
-    def make(profile: str | Profile = "dgx-h100", *, init: bool = True, **kwargs: Any) -> FakeNvmlLibrary:
-        kwargs.setdefault("clock", clock)
-        kwargs.setdefault("latency_scale", 0.0)
-        fake = FakeNvmlLibrary(profile, **kwargs)
-        restores.append(install_library(pynvml, fake))
-        if init:
-            pynvml.nvmlInit()
-        return fake
-
-    yield make
-    for restore in reversed(restores):
-        restore()
 
 
 def handles() -> list[Any]:

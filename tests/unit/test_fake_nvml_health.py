@@ -10,15 +10,14 @@ import ctypes
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pynvml
 import pytest
 
-from nvdash.sampling.fake import PROFILES, FakeNvmlLibrary, Profile
+from nvdash.sampling.fake import PROFILES, FakeNvmlLibrary
+from tests.unit.conftest import START, FakeClock, Install
 
-START = 1_700_000_000.0
 MIB = 1024 * 1024
 SLOT = 0.01
 XID = pynvml.nvmlEventTypeXidCriticalError
@@ -32,49 +31,6 @@ SW_POWER_CAP = pynvml.nvmlClocksEventReasonSwPowerCap
 HW_SLOWDOWN = pynvml.nvmlClocksEventReasonHwSlowdown
 HW_THERMAL = pynvml.nvmlClocksEventReasonHwThermalSlowdown
 SW_THERMAL = pynvml.nvmlClocksEventReasonSwThermalSlowdown
-
-
-class FakeClock:
-    """A clock that moves only when told to (safe to move from another thread)."""
-
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        return self.now
-
-    def at(self, seconds_after_start: float) -> None:
-        self.now = START + seconds_after_start
-
-
-Install = Callable[..., FakeNvmlLibrary]
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def install(clock: FakeClock) -> Iterator[Install]:
-    """Put a fake under the real pynvml as its loaded library; restores pynvml's own state afterwards."""
-    saved_lib = pynvml.nvmlLib
-    cache: dict[str, Any] = pynvml._nvmlGetFunctionPointer_cache
-    saved_cache = dict(cache)
-
-    def make(profile: str | Profile = "dgx-h100", **kwargs: Any) -> FakeNvmlLibrary:
-        kwargs.setdefault("clock", clock)
-        kwargs.setdefault("latency_scale", 0.0)
-        fake = FakeNvmlLibrary(profile, **kwargs)
-        pynvml.nvmlLib = fake
-        cache.clear()
-        pynvml.nvmlInit()
-        return fake
-
-    yield make
-    pynvml.nvmlLib = saved_lib
-    cache.clear()
-    cache.update(saved_cache)
 
 
 KNOWN_HANDLES: dict[int | None, int] = {}

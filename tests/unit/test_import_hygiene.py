@@ -34,6 +34,9 @@ def _loaded(module: str) -> tuple[set[str], int]:
         ("nvdash.sampling.nvml_source", {"pynvml", "psutil", "bokeh"}),
         ("nvdash.sampling.host_source", {"pynvml", "psutil", "bokeh"}),
         ("nvdash.sampling.fake", {"pynvml", "psutil", "bokeh"}),
+        ("nvdash.sampling.xid_watcher", {"pynvml", "psutil", "bokeh"}),
+        ("nvdash.health", {"pynvml", "psutil", "bokeh"}),
+        ("nvdash.server.snapshot", {"pynvml", "psutil", "bokeh"}),
         ("nvdash.apps", {"pynvml", "psutil"}),
         # Bokeh's server itself imports psutil (for its memory log); nvdash's own modules do not.
         ("nvdash.server.app", {"pynvml"}),

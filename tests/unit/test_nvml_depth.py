@@ -20,21 +20,12 @@ from nvdash.sampling.nvml_probe import decode_nvlink_version
 from nvdash.sampling.nvml_read import sum_links
 from nvdash.sampling.nvml_source import NvmlSource, install_library
 from nvdash.sampling.records import GpuEvent
+from tests.unit.conftest import FakeClock
 
 MIB = 2**20
 
 
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _open(profile: str, clock: Clock, **kwargs: Any) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
+def _open(profile: str, clock: FakeClock, **kwargs: Any) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
     fake = FakeNvmlLibrary(profile, seed=1, clock=clock, latency_scale=0.0)
     restore = install_library(pynvml, fake)
     source = NvmlSource(pynvml, **kwargs)
@@ -46,12 +37,7 @@ def _open(profile: str, clock: Clock, **kwargs: Any) -> Iterator[tuple[NvmlSourc
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def dgx(clock: Clock) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
+def dgx(clock: FakeClock) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
     yield from _open("dgx-h100", clock, slow_interval_s=0.0)
 
 
@@ -90,7 +76,7 @@ def test_invalid_nvlink_version_is_unknown() -> None:
     ],
 )
 def test_nvlink_maximum_matches_the_published_figure(
-    clock: Clock, profile: str, links: int, generation: str, published_per_direction: float
+    clock: FakeClock, profile: str, links: int, generation: str, published_per_direction: float
 ) -> None:
     for source, _ in _open(profile, clock):
         gpus = source.open()
@@ -132,7 +118,7 @@ def test_memory_used_is_nvml_v2_and_reserved_is_separate(dgx: tuple[NvmlSource, 
     assert sample.memory_total_bytes == v2.total
 
 
-def test_memory_falls_back_to_v1_on_a_driver_without_v2(clock: Clock) -> None:
+def test_memory_falls_back_to_v1_on_a_driver_without_v2(clock: FakeClock) -> None:
     for source, fake in _open("dgx-h100", clock):
         fake.not_supported("nvmlDeviceGetMemoryInfo_v2")
         source.open()
@@ -144,7 +130,7 @@ def test_memory_falls_back_to_v1_on_a_driver_without_v2(clock: Clock) -> None:
         assert fake.call_counts()["nvmlDeviceGetMemoryInfo_v2"] == 8, "asked once per GPU, then not again"
 
 
-def test_readings_follow_nvml_units(dgx: tuple[NvmlSource, FakeNvmlLibrary], clock: Clock) -> None:
+def test_readings_follow_nvml_units(dgx: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock) -> None:
     source, _ = dgx
     gpus = source.open()
     clock.now += 30
@@ -192,7 +178,7 @@ def test_readings_follow_nvml_units(dgx: tuple[NvmlSource, FakeNvmlLibrary], clo
     assert all(link.active is not None for link in sample.nvlinks)
 
 
-def test_gpm_metrics_arrive_from_the_second_sweep_on_hopper_only(clock: Clock) -> None:
+def test_gpm_metrics_arrive_from_the_second_sweep_on_hopper_only(clock: FakeClock) -> None:
     for source, _ in _open("dgx-h100", clock):
         source.open()
         clock.now += 30
@@ -217,7 +203,7 @@ def test_gpm_metrics_arrive_from_the_second_sweep_on_hopper_only(clock: Clock) -
         assert "nvmlGpmSampleGet" not in fake.call_counts(), "GPM is not sampled where it is not supported"
 
 
-def test_unsupported_functions_leave_their_metric_absent_and_the_rest_working(clock: Clock) -> None:
+def test_unsupported_functions_leave_their_metric_absent_and_the_rest_working(clock: FakeClock) -> None:
     missing = ["nvmlDeviceGetClockInfo", "nvmlDeviceGetCurrentClocksEventReasons",
                "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetRemappedRows",
                "nvmlDeviceGetTemperatureThreshold", "nvmlDeviceGetPcieReplayCounter"]
@@ -238,7 +224,7 @@ def test_unsupported_functions_leave_their_metric_absent_and_the_rest_working(cl
         assert sample.ecc_corrected_volatile is not None
 
 
-def test_a_function_missing_from_the_driver_behaves_like_unsupported(clock: Clock) -> None:
+def test_a_function_missing_from_the_driver_behaves_like_unsupported(clock: FakeClock) -> None:
     for source, fake in _open("dgx-h100", clock, slow_interval_s=0.0):
         del fake._entry_points["nvmlDeviceGetCurrentClocksEventReasons"]
         del fake._entry_points["nvmlGpmQueryDeviceSupport"]
@@ -250,7 +236,7 @@ def test_a_function_missing_from_the_driver_behaves_like_unsupported(clock: Cloc
         assert sample.utilization_pct is not None
 
 
-def test_slow_readings_are_read_at_their_own_cadence(clock: Clock) -> None:
+def test_slow_readings_are_read_at_their_own_cadence(clock: FakeClock) -> None:
     ticks = [0.0]
     for source, fake in _open("dgx-h100", clock, slow_interval_s=5.0):
         source._reader._clock = lambda: ticks[0]  # the slow cadence follows its own monotonic clock
@@ -285,7 +271,7 @@ def test_an_unexpected_error_costs_only_that_gpus_reading(dgx: tuple[NvmlSource,
     assert source.read(5.0)[2].utilization_pct is not None, "the next sweep reads it again"
 
 
-def test_partial_nvlink_sum_is_marked(dgx: tuple[NvmlSource, FakeNvmlLibrary], clock: Clock) -> None:
+def test_partial_nvlink_sum_is_marked(dgx: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock) -> None:
     source, fake = dgx
     source.open()
     driver = fake._driver
@@ -314,7 +300,7 @@ def test_sum_links_marks_a_partial_sum_and_knows_nothing_without_rates() -> None
     assert sum_links({}, 138, (0, 1)) == (None, False)
 
 
-def test_pcie_throughput_kb_is_read_as_1024_bytes(clock: Clock) -> None:
+def test_pcie_throughput_kb_is_read_as_1024_bytes(clock: FakeClock) -> None:
     for source, fake in _open("a100-pcie-2", clock):
         source.open()
         clock.now += 30.0
@@ -327,7 +313,7 @@ def test_pcie_throughput_kb_is_read_as_1024_bytes(clock: Clock) -> None:
         assert kb == int(workload_rate // 1024), "the simulated driver answers KiB/s, as nvdash reads it"
 
 
-def test_topology_matches_nvidia_smi_codes(clock: Clock) -> None:
+def test_topology_matches_nvidia_smi_codes(clock: FakeClock) -> None:
     for source, _ in _open("dgx-h100", clock):
         source.open()
         matrix = source.topology
@@ -346,7 +332,7 @@ def test_topology_matches_nvidia_smi_codes(clock: Clock) -> None:
         assert matrix == (("X", codes[level]), (codes[level], "X"))
 
 
-def test_xid_events_arrive_on_their_own_thread(clock: Clock) -> None:
+def test_xid_events_arrive_on_their_own_thread(clock: FakeClock) -> None:
     received: list[GpuEvent] = []
     arrived = threading.Event()
 

@@ -11,26 +11,12 @@ import pytest
 from nvdash.sampling.fake import FakeNvmlLibrary
 from nvdash.sampling.hardware import open_hardware
 from nvdash.sampling.nvml_source import NvmlSource, NvmlUnavailable, install_library
+from tests.unit.conftest import FakeClock
 
 GIB = 2**30
 
 
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-def _open(profile: str, clock: Clock, latency_scale: float = 0.0) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
+def _open(profile: str, clock: FakeClock, latency_scale: float = 0.0) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
     fake = FakeNvmlLibrary(profile, seed=1, clock=clock, latency_scale=latency_scale)
     restore = install_library(pynvml, fake)
     source = NvmlSource(pynvml)
@@ -42,17 +28,17 @@ def _open(profile: str, clock: Clock, latency_scale: float = 0.0) -> Iterator[tu
 
 
 @pytest.fixture
-def dgx(clock: Clock) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
+def dgx(clock: FakeClock) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
     yield from _open("dgx-h100", clock)
 
 
 @pytest.fixture
-def a100(clock: Clock) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
+def a100(clock: FakeClock) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
     yield from _open("a100-pcie-2", clock)
 
 
 @pytest.fixture
-def t4(clock: Clock) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
+def t4(clock: FakeClock) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
     yield from _open("t4", clock)
 
 
@@ -76,7 +62,7 @@ def test_dgx_inventory(dgx: tuple[NvmlSource, FakeNvmlLibrary]) -> None:
 
 
 def test_dgx_rates_come_from_counters_and_match_the_workload(
-    dgx: tuple[NvmlSource, FakeNvmlLibrary], clock: Clock
+    dgx: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock
 ) -> None:
     source, fake = dgx
     source.open()
@@ -108,7 +94,7 @@ def test_dgx_rates_come_from_counters_and_match_the_workload(
     assert "nvmlDeviceGetPcieThroughput" not in calls, "counters are available: the slow call must not be used"
 
 
-def test_idle_gpus_look_idle(dgx: tuple[NvmlSource, FakeNvmlLibrary], clock: Clock) -> None:
+def test_idle_gpus_look_idle(dgx: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock) -> None:
     source, _ = dgx
     source.open()
     clock.now += 90
@@ -122,7 +108,7 @@ def test_idle_gpus_look_idle(dgx: tuple[NvmlSource, FakeNvmlLibrary], clock: Clo
 
 
 def test_a100_falls_back_to_pcie_throughput_and_has_no_nvlink(
-    a100: tuple[NvmlSource, FakeNvmlLibrary], clock: Clock
+    a100: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock
 ) -> None:
     source, fake = a100
     gpus = source.open()
@@ -139,7 +125,7 @@ def test_a100_falls_back_to_pcie_throughput_and_has_no_nvlink(
 
 
 def test_t4_unsupported_power_is_absent_not_zero_and_not_asked_again(
-    t4: tuple[NvmlSource, FakeNvmlLibrary], clock: Clock
+    t4: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock
 ) -> None:
     source, fake = t4
     gpus = source.open()
@@ -155,7 +141,7 @@ def test_t4_unsupported_power_is_absent_not_zero_and_not_asked_again(
     assert fake.call_counts()["nvmlDeviceGetPowerUsage"] == 1
 
 
-def test_not_supported_injected_on_one_device_only(dgx: tuple[NvmlSource, FakeNvmlLibrary], clock: Clock) -> None:
+def test_not_supported_injected_on_one_device_only(dgx: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock) -> None:
     source, fake = dgx
     source.open()
     fake.not_supported("nvmlDeviceGetUtilizationRates", device=2)
@@ -166,7 +152,7 @@ def test_not_supported_injected_on_one_device_only(dgx: tuple[NvmlSource, FakeNv
 
 
 def test_gpu_lost_mid_run_is_reported_lost_and_the_others_keep_updating(
-    dgx: tuple[NvmlSource, FakeNvmlLibrary], clock: Clock
+    dgx: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock
 ) -> None:
     source, fake = dgx
     source.open()
@@ -185,7 +171,7 @@ def test_gpu_lost_mid_run_is_reported_lost_and_the_others_keep_updating(
     assert fake.call_counts()["nvmlDeviceGetUtilizationRates"] == calls_after_loss + 7, "a lost GPU is not polled"
 
 
-def test_slow_call_does_not_stall_the_sweep(clock: Clock) -> None:
+def test_slow_call_does_not_stall_the_sweep(clock: FakeClock) -> None:
     for source, fake in _open("dgx-h100", clock):
         source.open()
         fake.slow("nvmlDeviceGetUtilizationRates", 1.5, device=1)
@@ -201,7 +187,7 @@ def test_slow_call_does_not_stall_the_sweep(clock: Clock) -> None:
         assert fake.call_counts()["nvmlDeviceGetUtilizationRates"] == 8 + 7, "no second call while one hangs"
 
 
-def test_pcie_fallback_blocks_like_the_real_call(clock: Clock) -> None:
+def test_pcie_fallback_blocks_like_the_real_call(clock: FakeClock) -> None:
     for source, _ in _open("a100-pcie-2", clock, latency_scale=1.0):
         source.open()
         started = time.monotonic()
@@ -220,7 +206,7 @@ def test_pcie_fallback_blocks_like_the_real_call(clock: Clock) -> None:
         (pynvml.NVML_ERROR_UNKNOWN, "NVML could not be initialised"),
     ],
 )
-def test_init_failures_explain_themselves(clock: Clock, code: int, words: str) -> None:
+def test_init_failures_explain_themselves(clock: FakeClock, code: int, words: str) -> None:
     for source, fake in _open("dgx-h100", clock):
         fake.fail_init(code)
         with pytest.raises(NvmlUnavailable, match=words):

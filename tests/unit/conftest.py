@@ -1,0 +1,54 @@
+"""Fixtures shared by the tests that run the real pynvml over the fake NVML library."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pynvml
+import pytest
+
+from nvdash.sampling.fake import FakeNvmlLibrary, Profile
+from nvdash.sampling.nvml_source import install_library
+
+START = 1_700_000_000.0
+
+
+class FakeClock:
+    """A clock that moves only when told to (safe to move from another thread)."""
+
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def at(self, seconds_after_start: float) -> None:
+        self.now = START + seconds_after_start
+
+
+Install = Callable[..., FakeNvmlLibrary]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def install(clock: FakeClock) -> Iterator[Install]:
+    """Install a fake under the real pynvml (one at a time); always restores pynvml's own library."""
+    restores: list[Callable[[], None]] = []
+
+    def make(profile: str | Profile = "dgx-h100", *, init: bool = True, **kwargs: Any) -> FakeNvmlLibrary:
+        kwargs.setdefault("clock", clock)
+        kwargs.setdefault("latency_scale", 0.0)
+        fake = FakeNvmlLibrary(profile, **kwargs)
+        restores.append(install_library(pynvml, fake))
+        if init:
+            pynvml.nvmlInit()
+        return fake
+
+    yield make
+    for restore in reversed(restores):
+        restore()
