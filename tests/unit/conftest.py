@@ -9,7 +9,7 @@ import pynvml
 import pytest
 
 from nvdash.sampling.fake import FakeNvmlLibrary, Profile
-from nvdash.sampling.nvml_source import install_library
+from nvdash.sampling.nvml_source import NvmlSource, install_library
 
 START = 1_700_000_000.0
 
@@ -51,4 +51,18 @@ def install(clock: FakeClock) -> Iterator[Install]:
 
     yield make
     for restore in reversed(restores):
+        restore()
+
+
+def open_source(
+    profile: str, clock: FakeClock, latency_scale: float = 0.0, **source_args: Any
+) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
+    """An (unopened) NVML source over a fake of ``profile`` (seed 1); closes both afterwards."""
+    fake = FakeNvmlLibrary(profile, seed=1, clock=clock, latency_scale=latency_scale)
+    restore = install_library(pynvml, fake)
+    source = NvmlSource(pynvml, **source_args)
+    try:
+        yield source, fake
+    finally:
+        source.close()
         restore()

@@ -18,27 +18,16 @@ from nvdash.sampling.fake import FakeNvmlLibrary
 from nvdash.sampling.fake import constants as fake_constants
 from nvdash.sampling.nvml_probe import decode_nvlink_version
 from nvdash.sampling.nvml_read import sum_links
-from nvdash.sampling.nvml_source import NvmlSource, install_library
+from nvdash.sampling.nvml_source import NvmlSource
 from nvdash.sampling.records import GpuEvent
-from tests.unit.conftest import FakeClock
+from tests.unit.conftest import FakeClock, open_source
 
 MIB = 2**20
 
 
-def _open(profile: str, clock: FakeClock, **kwargs: Any) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
-    fake = FakeNvmlLibrary(profile, seed=1, clock=clock, latency_scale=0.0)
-    restore = install_library(pynvml, fake)
-    source = NvmlSource(pynvml, **kwargs)
-    try:
-        yield source, fake
-    finally:
-        source.close()
-        restore()
-
-
 @pytest.fixture
 def dgx(clock: FakeClock) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
-    yield from _open("dgx-h100", clock, slow_interval_s=0.0)
+    yield from open_source("dgx-h100", clock, slow_interval_s=0.0)
 
 
 def _handle(index: int) -> Any:
@@ -78,7 +67,7 @@ def test_invalid_nvlink_version_is_unknown() -> None:
 def test_nvlink_maximum_matches_the_published_figure(
     clock: FakeClock, profile: str, links: int, generation: str, published_per_direction: float
 ) -> None:
-    for source, _ in _open(profile, clock):
+    for source, _ in open_source(profile, clock):
         gpus = source.open()
         complete = 0
         for gpu in gpus:
@@ -119,7 +108,7 @@ def test_memory_used_is_nvml_v2_and_reserved_is_separate(dgx: tuple[NvmlSource, 
 
 
 def test_memory_falls_back_to_v1_on_a_driver_without_v2(clock: FakeClock) -> None:
-    for source, fake in _open("dgx-h100", clock):
+    for source, fake in open_source("dgx-h100", clock):
         fake.not_supported("nvmlDeviceGetMemoryInfo_v2")
         source.open()
         for _ in range(2):
@@ -179,7 +168,7 @@ def test_readings_follow_nvml_units(dgx: tuple[NvmlSource, FakeNvmlLibrary], clo
 
 
 def test_gpm_metrics_arrive_from_the_second_sweep_on_hopper_only(clock: FakeClock) -> None:
-    for source, _ in _open("dgx-h100", clock):
+    for source, _ in open_source("dgx-h100", clock):
         source.open()
         clock.now += 30
         first = source.read(5.0)
@@ -194,7 +183,7 @@ def test_gpm_metrics_arrive_from_the_second_sweep_on_hopper_only(clock: FakeCloc
         assert busy.gpm_sm_active_pct is not None
         assert idle.gpm_sm_active_pct is not None
         assert busy.gpm_sm_active_pct > idle.gpm_sm_active_pct
-    for source, fake in _open("dgx-a100", clock):
+    for source, fake in open_source("dgx-a100", clock):
         gpus = source.open()
         assert not any(gpu.gpm_supported for gpu in gpus)
         source.read(5.0)
@@ -207,7 +196,7 @@ def test_unsupported_functions_leave_their_metric_absent_and_the_rest_working(cl
     missing = ["nvmlDeviceGetClockInfo", "nvmlDeviceGetCurrentClocksEventReasons",
                "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetRemappedRows",
                "nvmlDeviceGetTemperatureThreshold", "nvmlDeviceGetPcieReplayCounter"]
-    for source, fake in _open("dgx-h100", clock, slow_interval_s=0.0):
+    for source, fake in open_source("dgx-h100", clock, slow_interval_s=0.0):
         for function in missing:
             fake.not_supported(function)
         gpus = source.open()
@@ -225,7 +214,7 @@ def test_unsupported_functions_leave_their_metric_absent_and_the_rest_working(cl
 
 
 def test_a_function_missing_from_the_driver_behaves_like_unsupported(clock: FakeClock) -> None:
-    for source, fake in _open("dgx-h100", clock, slow_interval_s=0.0):
+    for source, fake in open_source("dgx-h100", clock, slow_interval_s=0.0):
         del fake._entry_points["nvmlDeviceGetCurrentClocksEventReasons"]
         del fake._entry_points["nvmlGpmQueryDeviceSupport"]
         gpus = source.open()
@@ -238,7 +227,7 @@ def test_a_function_missing_from_the_driver_behaves_like_unsupported(clock: Fake
 
 def test_slow_readings_are_read_at_their_own_cadence(clock: FakeClock) -> None:
     ticks = [0.0]
-    for source, fake in _open("dgx-h100", clock, slow_interval_s=5.0):
+    for source, fake in open_source("dgx-h100", clock, slow_interval_s=5.0):
         source._reader._clock = lambda: ticks[0]  # the slow cadence follows its own monotonic clock
         source.open()
         for step in range(10):
@@ -301,7 +290,7 @@ def test_sum_links_marks_a_partial_sum_and_knows_nothing_without_rates() -> None
 
 
 def test_pcie_throughput_kb_is_read_as_1024_bytes(clock: FakeClock) -> None:
-    for source, fake in _open("a100-pcie-2", clock):
+    for source, fake in open_source("a100-pcie-2", clock):
         source.open()
         clock.now += 30.0
         sample = source.read(5.0)[0]
@@ -314,7 +303,7 @@ def test_pcie_throughput_kb_is_read_as_1024_bytes(clock: FakeClock) -> None:
 
 
 def test_topology_matches_nvidia_smi_codes(clock: FakeClock) -> None:
-    for source, _ in _open("dgx-h100", clock):
+    for source, _ in open_source("dgx-h100", clock):
         source.open()
         matrix = source.topology
         up = [info.nvlink_links for info in source.gpus]
@@ -322,7 +311,7 @@ def test_topology_matches_nvidia_smi_codes(clock: FakeClock) -> None:
         assert all(matrix[i][i] == "X" for i in range(8))
         # Every GPU reaches every other through the NVSwitches: nvidia-smi shows the links the pair can use.
         assert all(matrix[i][j] == f"NV{min(up[i], up[j])}" for i in range(8) for j in range(8) if i != j), matrix
-    for source, _ in _open("a100-pcie-2", clock):
+    for source, _ in open_source("a100-pcie-2", clock):
         source.open()
         matrix = source.topology
         level = pynvml.nvmlDeviceGetTopologyCommonAncestor(_handle(0), _handle(1))
@@ -340,7 +329,7 @@ def test_xid_events_arrive_on_their_own_thread(clock: FakeClock) -> None:
         received.append(event)
         arrived.set()
 
-    for source, fake in _open("dgx-h100", clock):
+    for source, fake in open_source("dgx-h100", clock):
         source.open()
         assert source.watch_xids(record) is None
         calls_before = fake.call_counts().get("nvmlEventSetWait_v2", 0)

@@ -10,36 +10,25 @@ import pytest
 
 from nvdash.sampling.fake import FakeNvmlLibrary
 from nvdash.sampling.hardware import open_hardware
-from nvdash.sampling.nvml_source import NvmlSource, NvmlUnavailable, install_library
-from tests.unit.conftest import FakeClock
+from nvdash.sampling.nvml_source import NvmlSource, NvmlUnavailable
+from tests.unit.conftest import FakeClock, open_source
 
 GIB = 2**30
 
 
-def _open(profile: str, clock: FakeClock, latency_scale: float = 0.0) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
-    fake = FakeNvmlLibrary(profile, seed=1, clock=clock, latency_scale=latency_scale)
-    restore = install_library(pynvml, fake)
-    source = NvmlSource(pynvml)
-    try:
-        yield source, fake
-    finally:
-        source.close()
-        restore()
-
-
 @pytest.fixture
 def dgx(clock: FakeClock) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
-    yield from _open("dgx-h100", clock)
+    yield from open_source("dgx-h100", clock)
 
 
 @pytest.fixture
 def a100(clock: FakeClock) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
-    yield from _open("a100-pcie-2", clock)
+    yield from open_source("a100-pcie-2", clock)
 
 
 @pytest.fixture
 def t4(clock: FakeClock) -> Iterator[tuple[NvmlSource, FakeNvmlLibrary]]:
-    yield from _open("t4", clock)
+    yield from open_source("t4", clock)
 
 
 def test_dgx_inventory(dgx: tuple[NvmlSource, FakeNvmlLibrary]) -> None:
@@ -172,7 +161,7 @@ def test_gpu_lost_mid_run_is_reported_lost_and_the_others_keep_updating(
 
 
 def test_slow_call_does_not_stall_the_sweep(clock: FakeClock) -> None:
-    for source, fake in _open("dgx-h100", clock):
+    for source, fake in open_source("dgx-h100", clock):
         source.open()
         fake.slow("nvmlDeviceGetUtilizationRates", 1.5, device=1)
         started = time.monotonic()
@@ -188,7 +177,7 @@ def test_slow_call_does_not_stall_the_sweep(clock: FakeClock) -> None:
 
 
 def test_pcie_fallback_blocks_like_the_real_call(clock: FakeClock) -> None:
-    for source, _ in _open("a100-pcie-2", clock, latency_scale=1.0):
+    for source, _ in open_source("a100-pcie-2", clock, latency_scale=1.0):
         source.open()
         started = time.monotonic()
         samples = source.read(1.0)
@@ -207,7 +196,7 @@ def test_pcie_fallback_blocks_like_the_real_call(clock: FakeClock) -> None:
     ],
 )
 def test_init_failures_explain_themselves(clock: FakeClock, code: int, words: str) -> None:
-    for source, fake in _open("dgx-h100", clock):
+    for source, fake in open_source("dgx-h100", clock):
         fake.fail_init(code)
         with pytest.raises(NvmlUnavailable, match=words):
             source.open()
