@@ -163,16 +163,19 @@ class NvmlSource:
         """One sample per GPU, waiting at most ``timeout_s`` for the devices' reads.
 
         Devices are read in parallel; a device whose read has not finished in time (a slow or hung call)
-        yields an empty sample this sweep and is not asked again until that read returns.
+        yields an empty sample this sweep and is not asked again until that read returns. Later sweeps do not
+        wait for it again.
         """
         pool = self._pool
         if pool is None:
             return ()
+        fresh: list[Future[GpuSample]] = []
         for device in self._devices:
             if not device.lost and device.pending is None:
                 device.pending = pool.submit(self._read_device, device)
-        futures: list[Future[GpuSample]] = [device.pending for device in self._devices if device.pending is not None]
-        wait(futures, timeout=max(0.0, timeout_s))
+                fresh.append(device.pending)
+        # Only this sweep's reads are waited for: a read still hanging from an earlier sweep costs nothing more.
+        wait(fresh, timeout=max(0.0, timeout_s))
         samples: list[GpuSample] = []
         for device in self._devices:
             future = device.pending

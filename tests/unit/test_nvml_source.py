@@ -176,6 +176,19 @@ def test_slow_call_does_not_stall_the_sweep(clock: FakeClock) -> None:
         assert fake.call_counts()["nvmlDeviceGetUtilizationRates"] == 8 + 7, "no second call while one hangs"
 
 
+def test_a_hung_read_is_not_waited_for_again_by_later_sweeps(clock: FakeClock) -> None:
+    for source, fake in open_source("dgx-h100", clock):
+        source.open()
+        fake.slow("nvmlDeviceGetUtilizationRates", 120.0, device=1)
+        source.read(0.3)
+        started = time.monotonic()
+        samples = source.read(60.0)
+        waited = time.monotonic() - started
+        assert samples[1].utilization_pct is None
+        assert all(s.utilization_pct is not None for i, s in enumerate(samples) if i != 1)
+        assert waited < 30.0, f"the sweep waited {waited:.1f} s of its 60 s budget for a read it had given up on"
+
+
 def test_pcie_fallback_blocks_like_the_real_call(clock: FakeClock) -> None:
     for source, _ in open_source("a100-pcie-2", clock, latency_scale=1.0):
         source.open()
