@@ -165,6 +165,17 @@ def linear_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float, flo
     return slope, mean_y - slope * mean_x, r2
 
 
+def _still_rising(points: Sequence[tuple[float, float]], slope: float) -> bool:
+    """Whether the newer half of the window still grows at least half as fast as the whole window.
+
+    A ramp that has reached its plateau fits a rising line over the whole window, but it is no longer filling.
+    """
+    middle = points[0][0] + (points[-1][0] - points[0][0]) / 2
+    recent = [(t - middle, used) for t, used in points if t >= middle]
+    fit = linear_fit(recent) if len(recent) >= MIN_ROWS else None
+    return fit is not None and fit[0] >= slope / 2
+
+
 def _memory_trend(inventory: Inventory, rows: Sequence[Snapshot]) -> list[Hint]:
     window = _window(rows, MEMORY_WINDOW_S)
     hints = []
@@ -181,12 +192,11 @@ def _memory_trend(inventory: Inventory, rows: Sequence[Snapshot]) -> list[Hint]:
         total = last.memory_total_bytes if last.memory_total_bytes is not None else info.memory_total_bytes
         if fit is None or not total:
             continue
-        slope, intercept, r2 = fit
+        slope, _intercept, r2 = fit
         capacity = total - (last.memory_reserved_bytes or 0)
-        now_used = slope * (points[-1][0] - points[0][0]) + intercept
-        if slope <= 0 or r2 < MEMORY_MIN_FIT_R2:
+        if slope <= 0 or r2 < MEMORY_MIN_FIT_R2 or not _still_rising(points, slope):
             continue
-        seconds = max(0.0, (capacity - now_used) / slope)
+        seconds = max(0.0, (capacity - points[-1][1]) / slope)
         if seconds > MEMORY_HORIZON_S or math.isnan(seconds):
             continue
         when = f"in about {seconds:.0f} s" if seconds < 60 else f"in about {seconds / 60:.0f} min"

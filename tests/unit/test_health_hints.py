@@ -115,6 +115,19 @@ def test_memory_growing_steadily_gets_a_time_to_full() -> None:
                              "(least-squares fit, R² 1.00)")
 
 
+def test_a_ramp_that_has_levelled_off_is_not_filling() -> None:
+    def used_gib(t: int) -> float:
+        return 20.0 + 0.5 * min(t, 70)  # +0.5 GiB/s for 70 s, then flat at 55 GiB for 50 s
+
+    ramp = [Snapshot(1000.0 + t, (
+        GpuSample(0, utilization_pct=90.0, memory_used_bytes=int(used_gib(t) * GiB), memory_total_bytes=80 * GiB),
+        GpuSample(1, utilization_pct=90.0, memory_used_bytes=20 * GiB)), HostSample(cpu_pct=20.0))
+        for t in range(120)]
+    assert linear_fit([(row.time_s, float(row.gpus[0].memory_used_bytes or 0)) for row in ramp]) is not None
+    assert bottleneck_hints(INVENTORY, ramp) == [], "the whole window fits a rising line, but it stopped rising"
+    assert kinds(bottleneck_hints(INVENTORY, ramp[:70])) == ["memory"], "while it still rises, it is a hint"
+
+
 def test_reserved_memory_is_not_available_to_fill() -> None:
     (hint,) = bottleneck_hints(INVENTORY, growing(0.1 * GiB, 48.0, reserved=19 * GiB))
     # 60 GiB used of 80 - 19 = 61 GiB, growing 0.1 GiB/s: 10 s left.
