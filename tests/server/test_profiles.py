@@ -1,0 +1,46 @@
+"""Every simulated machine serves every dashboard it offers, and the snapshot, without an error."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.conftest import get_json, http_get, nvdash_server
+from tests.server.bokeh_viewer import open_session, receive_for, source_data
+from tests.server.test_server import STATIC_ROUTES
+
+
+@pytest.mark.parametrize(
+    ("profile", "gpus", "nvlink", "gpm"),
+    [
+        ("dgx-a100", 8, True, False),
+        ("dgx-b200", 8, True, True),
+        ("a100-pcie-2", 2, False, False),
+        ("t4", 1, False, False),
+    ],
+)
+def test_every_offered_dashboard_opens_with_data(profile: str, gpus: int, nvlink: bool, gpm: bool) -> None:
+    with nvdash_server(["--simulate", profile, "--interval", "0.25"]) as server:
+        deadline = time.monotonic() + 30
+        while server.health()["store"]["rows"] < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        index = get_json(server.url + "/index.json")
+        assert ("/NVLink-Throughput" in index) is nvlink
+        assert ("/GPU-Topology" in index) is (gpus >= 2)
+        assert {"/GPU-Health", "/GPU-Details", "/Machine-Resources"} <= set(index)
+        for route in index:
+            assert http_get(server.url + route)[0] == 200, route
+            session = open_session(server.url, route)
+            try:
+                if route not in STATIC_ROUTES:  # a static page sends nothing after it opens
+                    receive_for(session, 0.3)
+                assert any(any(len(column) for column in source.values()) for source in source_data(session)), route
+            finally:
+                session.close()
+        snapshot = get_json(server.url + "/api/snapshot.json")
+        assert len(snapshot["gpus"]) == gpus
+        assert all(gpu["gpm_supported"] is gpm for gpu in snapshot["gpus"])
+        assert all(gpu["health"]["status"] in ("ok", "warning", "critical") for gpu in snapshot["gpus"])
+        assert server.health()["sampler"]["errors"] == 0
+        assert "Traceback" not in server.output()
