@@ -570,8 +570,12 @@ def test_wait_blocks_until_its_timeout(install: Install) -> None:
     assert fake.call_counts() == {"nvmlEventSetWait_v2": 1}, "a wait costs one call however long it sleeps"
 
 
-def wait_in_thread(event_set: Any, timeout_ms: int) -> tuple[threading.Thread, list[Any]]:
+def wait_in_thread(
+    fake: FakeNvmlLibrary, event_set: Any, timeout_ms: int
+) -> tuple[threading.Thread, list[Any]]:
+    """Start a thread blocked in ``nvmlEventSetWait_v2``; returns once that call has reached the library."""
     result: list[Any] = []
+    calls_before = fake.call_counts().get("nvmlEventSetWait_v2", 0)
 
     def run() -> None:
         try:
@@ -581,6 +585,10 @@ def wait_in_thread(event_set: Any, timeout_ms: int) -> tuple[threading.Thread, l
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
+    deadline = time.monotonic() + 5.0
+    while fake.call_counts().get("nvmlEventSetWait_v2", 0) <= calls_before:
+        assert time.monotonic() < deadline, "the waiting thread never called nvmlEventSetWait_v2"
+        time.sleep(0.005)
     return thread, result
 
 
@@ -590,8 +598,7 @@ def test_wait_returns_an_event_that_happens_while_it_waits(install: Install, clo
     event_set = register(2, XID)
     if how == "scheduled, clock moves":
         fake.apply_faults("xid:31:2@5")
-    thread, result = wait_in_thread(event_set, 10_000)
-    time.sleep(0.1)
+    thread, result = wait_in_thread(fake, event_set, 10_000)
     assert thread.is_alive(), "nothing is due yet"
     started = time.monotonic()
     if how == "injected now":
@@ -618,10 +625,9 @@ def test_real_time_wait_sleeps_until_a_scheduled_event(install: Install) -> None
 
 
 def test_free_wakes_a_waiting_thread(install: Install) -> None:
-    install("dgx-h100")
+    fake = install("dgx-h100")
     event_set = register(0, XID)
-    thread, result = wait_in_thread(event_set, 30_000)
-    time.sleep(0.05)
+    thread, result = wait_in_thread(fake, event_set, 30_000)
     started = time.monotonic()
     pynvml.nvmlEventSetFree(event_set)
     thread.join(timeout=5.0)
