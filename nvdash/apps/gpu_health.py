@@ -8,7 +8,9 @@ hardware. One periodic callback re-evaluates only when a new row or a new event 
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +92,30 @@ def status_html(inventory: Inventory, healths: Sequence[GpuHealth]) -> str:
                     f"{escape(info.name)}{bus}</td>"
                     f'<td style="padding:4px 8px;vertical-align:top">{reasons}</td></tr>')
     return f'<table style="border-collapse:collapse;width:100%">{"".join(rows)}</table>'
+
+
+@dataclass
+class _SharedHints:
+    """The hints last computed for one store, with the snapshot time they were computed at."""
+
+    at_s: float
+    html: str
+
+
+_SHARED_HINTS: weakref.WeakKeyDictionary[Store, _SharedHints] = weakref.WeakKeyDictionary()
+
+
+def shared_hints_html(store: Store, now_s: float) -> str:
+    """The hints for ``store`` as HTML, computed at most once per ``HINT_PERIOD_S`` for every open page.
+
+    Fitting trends over the whole store takes tens of milliseconds on the event loop; every session of the
+    page shows the same result, so they share one computation.
+    """
+    shared = _SHARED_HINTS.get(store)
+    if shared is None or now_s - shared.at_s >= HINT_PERIOD_S or now_s < shared.at_s:
+        rows, _ = store.since(0)
+        shared = _SHARED_HINTS[store] = _SharedHints(now_s, hints_html(bottleneck_hints(store.inventory, rows)))
+    return shared.html
 
 
 def hints_html(hints: Sequence[Hint]) -> str:
@@ -225,7 +251,6 @@ class HealthView:
         self.hide_info.on_change("active", lambda _attr, _old, _new: self.show_events())
         self.row_seq = -1
         self.event_seq = -1
-        self.hints_at: float | None = None
 
     def poll(self) -> None:
         """Re-evaluate when a row or an event is new; recompute hints at most every ``HINT_PERIOD_S``."""
@@ -245,12 +270,9 @@ class HealthView:
             self.status.text = text
         if event_seq != self.event_seq:
             self.show_events(events)
-        if self.hints_at is None or now - self.hints_at >= HINT_PERIOD_S or now < self.hints_at:
-            self.hints_at = now
-            rows, _ = store.since(0)
-            text = hints_html(bottleneck_hints(inventory, rows))
-            if text != self.hints.text:
-                self.hints.text = text
+        text = shared_hints_html(store, now)
+        if text != self.hints.text:
+            self.hints.text = text
         self.row_seq, self.event_seq = row_seq, event_seq
 
     def show_events(self, events: Sequence[GpuEvent] | None = None) -> None:

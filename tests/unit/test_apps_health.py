@@ -391,3 +391,21 @@ def test_gpu_memory_shows_driver_reserved_memory_apart_from_used() -> None:
     assert values(source, "reserved") == ["512.0 MiB (0.6 %)", "n/a", "n/a"]
     assert values(source, "label") == ["30.0 / 80.0 GiB (38 %) + 512.0 MiB reserved", "10.0 / 40.0 GiB (25 %)",
                                        "lost"]
+
+
+def test_pages_on_one_store_share_one_hints_computation(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    original = gpu_health.bottleneck_hints
+
+    def counted(inventory: Inventory, rows: Any) -> Any:
+        calls.append(len(rows))
+        return original(inventory, rows)
+
+    monkeypatch.setattr(gpu_health, "bottleneck_hints", counted)
+    ctx = make_ctx()
+    docs = [health_doc(ctx) for _ in range(5)]
+    assert len(calls) == 1, "five pages, one computation"
+    assert len({hints.text for _, _, hints, _ in docs}) == 1
+    other = make_ctx()
+    health_doc(other)
+    assert len(calls) == 2, "another store has its own hints"
