@@ -91,3 +91,18 @@ class NvmlCaller:
     def supported(self, device: Device, metric: str) -> bool:
         """False once ``metric`` was found unsupported on ``device``."""
         return metric not in device.unsupported
+
+
+_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+"""``nvmlValueType_t`` -> the member of ``nvmlValue_t`` that holds the value."""
+
+
+def field_number(value: Any) -> float | None:
+    """A field value's number, read from the union member its ``valueType`` names."""
+    attribute = _VALUE_FIELDS.get(int(value.valueType))
+    return None if attribute is None else float(getattr(value.value, attribute))
+
+
+def text_of(value: object) -> str:
+    """NVML strings arrive as bytes or str depending on the wrapper: always str."""
+    return value.decode() if isinstance(value, bytes) else str(value)

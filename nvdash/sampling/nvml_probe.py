@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nvdash.sampling.nvml_device import Device, NvmlCaller
+from nvdash.sampling.nvml_device import Device, NvmlCaller, field_number, text_of
 from nvdash.sampling.records import GpuInfo
 
 # NVML field ids and enums (nvml.h; pynvml mirrors them).
@@ -108,7 +108,7 @@ class DeviceProber:
             pcie_max_bytes_per_s=pcie_max,
             nvlink_links=len(device.nvlink_active),
             nvlink_max_bytes_per_s=link_rate * len(device.nvlink_active) if link_rate else None,
-            pci_bus_id=_text(getattr(pci, "busId", "")) if pci is not None else "",
+            pci_bus_id=text_of(getattr(pci, "busId", "")) if pci is not None else "",
             nvlink_version=version,
             nvlink_active_links=device.nvlink_active,
             nvlink_to_switch=self._links_to_switch(device),
@@ -178,7 +178,7 @@ class DeviceProber:
         if values:
             value = values[0]
             if value.nvmlReturn == nvml.NVML_SUCCESS:
-                speed_mb_per_s = _field_number(value)
+                speed_mb_per_s = field_number(value)
                 if speed_mb_per_s and speed_mb_per_s > 0:
                     return speed_mb_per_s * 1e6, True
         return (NVLINK_LINK_BYTES_PER_S.get(version) if version else None), False
@@ -210,16 +210,3 @@ class DeviceProber:
     def _gpm_supported(self, device: Device) -> bool:
         support = self._get(device, "gpm_support", self._nvml.nvmlGpmQueryDeviceSupport)
         return bool(getattr(support, "isSupportedDevice", 0)) if support is not None else False
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _field_number(value: Any) -> float | None:
-    """A field value's number according to its ``valueType`` (nvmlValueType_t)."""
-    kinds = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-    attribute = kinds.get(int(value.valueType))
-    if attribute is None:
-        return None
-    return float(getattr(value.value, attribute))

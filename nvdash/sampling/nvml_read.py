@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nvdash.sampling.gpm import GpmReader
-from nvdash.sampling.nvml_device import Device, NvmlCaller
+from nvdash.sampling.nvml_device import Device, NvmlCaller, field_number
 from nvdash.sampling.nvml_probe import (
     CLOCK_TYPES,
     FI_MEMORY_TEMP,
@@ -143,7 +143,7 @@ class DeviceReader:
             if value.nvmlReturn != nvml.NVML_SUCCESS:
                 result[key] = None
             elif key[0] == FI_MEMORY_TEMP:
-                result[key] = float(value.value.uiVal if value.valueType == 1 else value.value.ullVal)
+                result[key] = field_number(value)
             else:
                 scale = 1024.0 if key[0] in NVLINK_THROUGHPUT_FIELDS else 1.0
                 rate = device.rates.setdefault(key, CounterRate(scale=scale))

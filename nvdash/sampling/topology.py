@@ -4,17 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nvdash.sampling.nvml_device import Device, NvmlCaller
+from nvdash.sampling.nvml_device import Device, NvmlCaller, text_of
 
 TOPOLOGY_LABELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 """``nvmlGpuTopologyLevel_t`` -> nvidia-smi's code (INTERNAL, two GPUs on one board, shows as PIX)."""
 NVLINK_DEVICE_TYPE_GPU = 0
 NVLINK_DEVICE_TYPE_SWITCH = 2
-
-
-def _bus_id(value: object) -> str:
-    text = value.decode() if isinstance(value, bytes) else str(value)
-    return text.lower()
 
 
 def _short_bus(bus_id: str) -> str:
@@ -93,4 +88,4 @@ class TopologyReader:
             pci = self._caller.call(nvml.nvmlDeviceGetNvLinkRemotePciInfo, device.handle, link)
         except nvml.NVMLError:
             return kind, ""
-        return kind, _bus_id(getattr(pci, "busId", ""))
+        return kind, text_of(getattr(pci, "busId", "")).lower()
