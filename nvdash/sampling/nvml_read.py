@@ -60,6 +60,10 @@ class DeviceReader:
     def _get(self, device: Device, metric: str, fn: Callable[..., Any], *args: Any) -> Any:
         return self._caller.optional(device, metric, fn, *args)
 
+    def close(self) -> None:
+        """Free what the reader allocated in NVML (the GPM sample buffers)."""
+        self._gpm.close()
+
     def read(self, device: Device) -> GpuSample:
         """The device's reading now; raises ``GpuLost`` when NVML says it is gone."""
         values: dict[str, Any] = {}

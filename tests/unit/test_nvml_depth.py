@@ -344,3 +344,15 @@ def test_xid_events_arrive_on_their_own_thread(clock: FakeClock) -> None:
         started = time.monotonic()
         source.close()
         assert time.monotonic() - started < 5.0, "closing waits at most about one wait timeout"
+
+
+def test_closing_frees_the_gpm_sample_buffers(clock: FakeClock) -> None:
+    for source, fake in open_source("dgx-h100", clock):
+        source.open()
+        source.read(5.0)
+        clock.now += 1
+        source.read(5.0)
+        allocated = fake.call_counts()["nvmlGpmSampleAlloc"]
+        assert allocated == 16, "two buffers per GPU, reused every sweep"
+        source.close()
+        assert fake.call_counts().get("nvmlGpmSampleFree", 0) == allocated
