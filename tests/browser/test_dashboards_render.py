@@ -62,7 +62,8 @@ def test_index_page_links_open_the_dashboards(server: NvdashServer, browser: Bro
         page.goto(server.url + "/", wait_until="load")
         page.screenshot(path=str(artifact("standalone-index.png")), full_page=True)
         assert page.locator("ul.apps a").count() == len(ROUTES)
-        page.click("text=GPU Memory")
+        # By its link: the health column may mention "GPU memory" too (e.g. XID 48 on a simulated GPU).
+        page.get_by_role("link", name="GPU Memory", exact=True).click()
         page.wait_for_url(server.url + "/GPU-Memory")
         page.wait_for_selector("canvas", state="attached", timeout=20_000)
     finally:
