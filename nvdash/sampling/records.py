@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nvdash.sampling.usage_records import Usage
+
 
 @dataclass(frozen=True, slots=True)
 class GpuInfo:
@@ -184,6 +186,9 @@ class Snapshot:
     time_s: float
     gpus: tuple[GpuSample, ...]
     host: HostSample
+    usage: Usage | None = None
+    """Who uses the GPUs (processes, pods, MIG), read at its own slower cadence; the latest is carried in every
+    snapshot. ``None`` before the first reading or when process collection is off."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,182 @@
+"""Records of who uses the GPUs: processes, their containers and pods, MIG instances, pod allocations.
+
+They are read at a slower cadence than the GPU metrics (see ``nvdash.sampling.usage``) and carried in every
+:class:`~nvdash.sampling.records.Snapshot` as its ``usage``. Unknown values are ``None``, never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PROCESS_KINDS = ("compute", "graphics", "mps")
+"""How a process uses a GPU, as NVML lists it: ``*ComputeRunningProcesses``, ``*GraphicsRunningProcesses``,
+``*MPSComputeRunningProcesses`` (a client of the MPS server)."""
+SHARING_KINDS = ("whole", "mig", "shared", "vgpu")
+"""What a pod was given: a whole GPU (pGPU), a MIG instance, a time-sliced or MPS share, or a vGPU slice."""
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupIdentity:
+    """What a process's ``/proc/PID/cgroup`` says about where it runs."""
+
+    runtime: str | None = None
+    """``"docker"``, ``"containerd"``, ``"cri-o"``, ``"podman"``, or ``None`` outside a container."""
+    container_id: str | None = None
+    """The container's full id (64 hex digits)."""
+    pod_uid: str | None = None
+    """The Kubernetes pod UID in its dashed form (cgroup paths write it with ``_`` on systemd)."""
+    qos: str | None = None
+    """``"guaranteed"``, ``"burstable"`` or ``"besteffort"`` for a pod."""
+    slurm_job: str | None = None
+    """The Slurm job id for a process in a Slurm step."""
+
+    @property
+    def in_container(self) -> bool:
+        """True when the process runs in a container (or a pod)."""
+        return self.container_id is not None or self.pod_uid is not None
+
+
+@dataclass(frozen=True, slots=True)
+class HostProcess:
+    """What the host says about one PID (psutil and ``/proc``)."""
+
+    pid: int
+    user: str | None = None
+    command: str | None = None
+    """The command line, arguments joined by spaces (the process name when the command line is empty)."""
+    cpu_pct: float | None = None
+    """Host CPU use over the last interval, 100 % per fully used core; ``None`` on the first sight."""
+    rss_bytes: int | None = None
+    started_s: float | None = None
+    """Start time, seconds since the epoch."""
+    cgroup: CgroupIdentity = CgroupIdentity()
+
+
+@dataclass(frozen=True, slots=True)
+class PodDevice:
+    """One device the kubelet allocated to a container (pod-resources ``List``)."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource_name: str
+    """The extended resource, e.g. ``nvidia.com/gpu``, ``nvidia.com/mig-3g.20gb``, ``nvidia.com/gpu.shared``."""
+    device_id: str
+    """As the device plugin names it: a GPU UUID, a MIG UUID, or a shared replica ``GPU-...::2``."""
+    sharing: str
+    """One of :data:`SHARING_KINDS`."""
+
+    @property
+    def uuid(self) -> str:
+        """The GPU or MIG UUID the device id names (a shared replica's ``::N`` suffix dropped)."""
+        return self.device_id.split("::", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class PodResources:
+    """The kubelet's answer: allocated devices, or why there is none (``status`` is a plain sentence)."""
+
+    devices: tuple[PodDevice, ...] = ()
+    available: bool = False
+    """True when the kubelet answered (its answer may list no GPU)."""
+    status: str = "Kubernetes pod lookup is off."
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """One process on one GPU (or one MIG instance of it), with what the host knows of it."""
+
+    gpu_index: int
+    gpu_uuid: str
+    pid: int
+    kinds: tuple[str, ...]
+    """Subset of :data:`PROCESS_KINDS`: a process can be both a compute and a graphics client."""
+    gpu_memory_bytes: int | None = None
+    """GPU memory the process holds; ``None`` where NVML cannot say (e.g. without privileges)."""
+    mig_uuid: str | None = None
+    """The MIG instance the process runs in, or ``None`` on a GPU without MIG."""
+    mig_profile: str | None = None
+    sm_pct: float | None = None
+    """Per-process utilization from ``nvmlDeviceGetProcessUtilization`` since the previous reading, clamped to
+    0-100; ``None`` where NVML does not report it (e.g. MIG)."""
+    memory_pct: float | None = None
+    encoder_pct: float | None = None
+    decoder_pct: float | None = None
+    host: HostProcess | None = None
+    """``None`` when the PID is not visible from here (another PID namespace) or has exited."""
+    pod_namespace: str | None = None
+    pod_name: str | None = None
+    container_name: str | None = None
+
+    @property
+    def visible(self) -> bool:
+        """True when the host could see this PID."""
+        return self.host is not None
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """One MIG device: a compute instance inside a GPU instance."""
+
+    gpu_index: int
+    uuid: str
+    """``MIG-...``: what CUDA_VISIBLE_DEVICES and the device plugin name it by."""
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    """E.g. ``3g.20gb`` (GPU instance), or ``1c.3g.20gb`` for a compute instance smaller than its GPU instance."""
+    placement_start: int | None = None
+    placement_size: int | None = None
+    """The GPU instance's memory slices (``nvmlGpuInstanceInfo_t.placement``)."""
+    sm_count: int | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    sm_active_pct: float | None = None
+    """Utilization where NVML or GPM reports it per instance; ``None`` means "not reported"."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUsage:
+    """One GPU's MIG state and whether NVML answers for its processes."""
+
+    index: int
+    uuid: str
+    mig_enabled: bool | None = None
+    """``None`` on a GPU without MIG support."""
+    mig_pending: bool | None = None
+    """The mode after the next GPU reset."""
+    instances: tuple[MigInstance, ...] = ()
+    processes_readable: bool = True
+    """False when NVML would not list the processes (unsupported, lost, or no answer in time)."""
+    process_utilization: bool = False
+    """True when NVML reports per-process utilization on this GPU."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Who uses the GPUs, as of ``time_s`` (seconds since the epoch)."""
+
+    time_s: float
+    gpus: tuple[GpuUsage, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()
+    pods: PodResources = PodResources()
+
+    def idle_allocations(self) -> tuple[PodDevice, ...]:
+        """Devices allocated to a pod on which that pod runs no process now ("allocated, idle").
+
+        A process attributed to a pod makes only that pod's device busy; a process nvdash could not attribute
+        makes every allocation of its GPU (or MIG instance) count as busy, since it may be any of them.
+        """
+        owned: set[tuple[str, str, str]] = set()
+        unattributed: set[str] = set()
+        for process in self.processes:
+            uuid = process.mig_uuid or process.gpu_uuid
+            if process.pod_name is not None and process.pod_namespace is not None:
+                owned.add((process.pod_namespace, process.pod_name, uuid))
+            else:
+                unattributed.add(uuid)
+        return tuple(
+            device
+            for device in self.pods.devices
+            if (device.namespace, device.pod, device.uuid) not in owned and device.uuid not in unattributed
+        )
