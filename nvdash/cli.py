@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         "--simulate",
         metavar="PROFILE",
         help=f"show simulated GPUs instead of real ones (also ${ENV_SIMULATE}); "
-        "profiles: dgx-h100, dgx-a100, dgx-b200, a100-pcie-2, t4, none",
+        "profiles: dgx-h100, dgx-a100, dgx-b200, a100-pcie-2, a100-mig, t4, none",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulated workload (default 0)")
     parser.add_argument(
@@ -53,6 +53,20 @@ def _parser() -> argparse.ArgumentParser:
         help="a browser origin allowed to connect (repeatable; default: this server's own address)",
     )
     parser.add_argument("--prefix", default="", help="URL prefix to serve under, e.g. /nvdash")
+    parser.add_argument(
+        "--process-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between readings of the GPU processes, pods and MIG instances (default 2; 0: off)",
+    )
+    parser.add_argument(
+        "--kubelet-socket",
+        default=None,
+        metavar="PATH",
+        help="the kubelet's pod-resources socket, for pod names "
+        "(default /var/lib/kubelet/pod-resources/kubelet.sock)",
+    )
     parser.add_argument(
         "--history",
         type=int,
@@ -80,6 +94,11 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     history = defaults.history if args.history is None else args.history
     if history < 2:
         raise UsageError(f"--history must be at least 2 samples, not {history}")
+    process_interval = defaults.process_interval_s if args.process_interval is None else args.process_interval
+    if process_interval != 0 and not process_interval >= args.interval:
+        raise UsageError(
+            f"--process-interval must be 0 (off) or at least --interval ({args.interval} s), not {process_interval}"
+        )
     prefix = args.prefix.strip()
     if prefix and not prefix.startswith("/"):
         prefix = "/" + prefix
@@ -93,6 +112,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         prefix=prefix.rstrip("/"),
         history=history,
         faults=environ.get(ENV_FAULTS) or None,
+        process_interval_s=process_interval,
+        kubelet_socket=args.kubelet_socket or defaults.kubelet_socket,
     )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nvdash.sampling.kubelet.podresources import DEFAULT_SOCKET
+from nvdash.sampling.usage import DEFAULT_INTERVAL_S
 from nvdash.store import DEFAULT_CAPACITY
 
 
@@ -20,4 +22,8 @@ class Settings:
     prefix: str = ""
     history: int = DEFAULT_CAPACITY
     faults: str | None = None
+    process_interval_s: float = DEFAULT_INTERVAL_S
+    """Seconds between readings of the GPU processes, pods and MIG instances; 0 turns them off."""
+    kubelet_socket: str = DEFAULT_SOCKET
+    """The kubelet's pod-resources socket, for pod and container names."""
     """Fault injection for the simulated GPUs (tests and demos), e.g. ``lose:3@10``."""

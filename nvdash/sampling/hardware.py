@@ -20,9 +20,16 @@ class Hardware:
     gpus: NvmlSource | None
     fake: object | None = None
     _undo: list[Callable[[], None]] = field(default_factory=list)
+    _closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def on_close(self, stop: Callable[[], None]) -> None:
+        """Run ``stop`` when the hardware is closed, before NVML is shut down (e.g. a watcher thread)."""
+        self._closers.append(stop)
 
     def close(self) -> None:
-        """Shut NVML down and restore pynvml if a fake library was installed."""
+        """Stop what ``on_close`` registered, shut NVML down, and restore pynvml if a fake library was installed."""
+        while self._closers:
+            self._closers.pop()()
         if self.gpus is not None:
             self.gpus.close()
         while self._undo:

@@ -48,6 +48,10 @@ class Device:
     gpm_previous: Any = None
     """The previous GPM sample (an NVML sample handle), the start of the next metrics interval."""
     error_logged: bool = False
+    usage_pending: Future[Any] | None = None
+    """The usage read (processes, MIG) in flight, if any."""
+    util_last_seen_us: int = 0
+    """Timestamp of the newest per-process utilization sample read so far (NVML's ``lastSeenTimeStamp``)."""
 
 
 class NvmlCaller:

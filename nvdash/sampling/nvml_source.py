@@ -19,8 +19,10 @@ from nvdash.sampling.daemon_pool import DaemonPool
 from nvdash.sampling.nvml_device import Device, GpuLost, NvmlCaller
 from nvdash.sampling.nvml_probe import PCIE_LANE_BYTES_PER_S, DeviceProber
 from nvdash.sampling.nvml_read import DeviceReader
+from nvdash.sampling.nvml_usage import DeviceUsage, UsageReader
 from nvdash.sampling.records import GpuEvent, GpuInfo, GpuSample
 from nvdash.sampling.topology import TopologyReader
+from nvdash.sampling.usage_records import GpuUsage
 from nvdash.sampling.xid_watcher import XidWatcher
 
 __all__ = ["PCIE_LANE_BYTES_PER_S", "NvmlSource", "NvmlUnavailable", "install_library", "load_nvml"]
@@ -82,6 +84,7 @@ class NvmlSource:
         self._reader = (
             DeviceReader(self._caller) if slow_interval_s is None else DeviceReader(self._caller, slow_interval_s)
         )
+        self._usage_reader = UsageReader(self._caller)
         self._devices: list[Device] = []
         self._pool: DaemonPool | None = None
         self._driver_version: str | None = None
@@ -200,6 +203,45 @@ class NvmlSource:
                 device.error_logged = True
                 log.exception("reading GPU %d failed; its reading is skipped this sweep", device.index)
             return GpuSample(device.index, error=f"{type(error).__name__}: {error}")
+
+    def read_usage(self, timeout_s: float) -> tuple[DeviceUsage, ...]:
+        """Each GPU's processes and MIG instances, read in parallel like :meth:`read`, waiting at most ``timeout_s``.
+
+        A GPU that is lost, or whose read has not finished in time, is reported with ``processes_readable=False``.
+        """
+        pool = self._pool
+        if pool is None:
+            return ()
+        fresh: list[Future[DeviceUsage | None]] = []
+        for device in self._devices:
+            if not device.lost and device.usage_pending is None:
+                future = pool.submit(self._read_usage, device)
+                device.usage_pending = future
+                fresh.append(future)
+        wait(fresh, timeout=max(0.0, timeout_s))
+        usages: list[DeviceUsage] = []
+        for device in self._devices:
+            pending: Future[DeviceUsage | None] | None = device.usage_pending
+            result = None
+            if pending is not None and pending.done():
+                device.usage_pending = None
+                result = pending.result()
+            if result is None or device.lost:
+                result = DeviceUsage(GpuUsage(device.index, device.info.uuid, processes_readable=False))
+            usages.append(result)
+        return tuple(usages)
+
+    def _read_usage(self, device: Device) -> DeviceUsage | None:
+        """The device's usage; ``None`` when it is lost or the read failed unexpectedly (logged once)."""
+        try:
+            return self._usage_reader.read(device)
+        except GpuLost:
+            device.lost = True
+        except Exception:
+            if not device.error_logged:
+                device.error_logged = True
+                log.exception("reading the processes of GPU %d failed; they are skipped this time", device.index)
+        return None
 
     def close(self) -> None:
         """Stop the XID thread and the read pool and shut NVML down (idempotent, bounded in time)."""

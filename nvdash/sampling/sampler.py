@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nvdash.sampling.records import GpuEvent, GpuSample, HostSample, Snapshot
+from nvdash.sampling.usage_records import Usage
 from nvdash.store import Store
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,12 @@ class GpuReader(Protocol):
 
 EventDeriver = Callable[[Snapshot | None, Snapshot], list[GpuEvent]]
 """Turns the previous and the new snapshot into events (ECC increments, throttling episodes...)."""
+
+
+class UsageReader(Protocol):
+    """Anything that says who uses the GPUs (the usage collector)."""
+
+    def collect(self, time_s: float, timeout_s: float) -> Usage: ...
 
 
 class HostReader(Protocol):
@@ -58,6 +65,8 @@ class Sampler:
         *,
         wall_clock: Callable[[], float] = time.time,
         derive_events: EventDeriver | None = None,
+        usage: UsageReader | None = None,
+        usage_interval_s: float = 2.0,
     ) -> None:
         if interval_s < MIN_INTERVAL_S:
             raise ValueError(f"interval must be at least {MIN_INTERVAL_S} s")
@@ -67,6 +76,11 @@ class Sampler:
         self._interval_s = interval_s
         self._wall_clock = wall_clock
         self._derive_events = derive_events
+        self._usage = usage
+        self._usage_interval_s = usage_interval_s
+        self._usage_due_s = 0.0
+        self._latest_usage: Usage | None = None
+        self._usage_errors = 0
         self._previous: Snapshot | None = None
         self._derive_errors = 0
         self._stop = threading.Event()
@@ -90,7 +104,8 @@ class Sampler:
         started = time.monotonic()
         time_s = self._wall_clock()
         gpus = self._gpus.read(self._interval_s * 0.8) if self._gpus is not None else ()
-        snapshot = Snapshot(time_s=time_s, gpus=gpus, host=self._host.read())
+        host = self._host.read()
+        snapshot = Snapshot(time_s=time_s, gpus=gpus, host=host, usage=self._read_usage(time_s))
         self._store.append(snapshot)
         self._record_events(snapshot)
         elapsed = time.monotonic() - started
@@ -98,6 +113,22 @@ class Sampler:
         self._last_sweep_s = elapsed
         self._max_sweep_s = max(self._max_sweep_s, elapsed)
         return snapshot
+
+    def _read_usage(self, time_s: float) -> Usage | None:
+        """The latest usage, read anew when its interval has passed; a failing read keeps the previous one."""
+        if self._usage is None:
+            return None
+        now = time.monotonic()
+        if now < self._usage_due_s:
+            return self._latest_usage
+        self._usage_due_s = now + self._usage_interval_s
+        try:
+            self._latest_usage = self._usage.collect(time_s, self._interval_s * 0.5)
+        except Exception:
+            self._usage_errors += 1
+            if self._usage_errors == 1:
+                log.exception("reading the GPU processes failed")
+        return self._latest_usage
 
     def _record_events(self, snapshot: Snapshot) -> None:
         """Derive this sweep's events; a failing rule costs the events, never the sweep."""

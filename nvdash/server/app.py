@@ -29,6 +29,7 @@ from nvdash.server.pages import (
     render_unavailable,
 )
 from nvdash.server.snapshot import snapshot_json
+from nvdash.server.usage_json import processes_json
 from nvdash.settings import Settings
 from nvdash.store import Store
 
@@ -135,6 +136,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         (r"/index\.json", JsonHandler, {"produce": lambda _h: index_json(inventory)}),
         (r"/info\.json", JsonHandler, {"produce": lambda _h: info_json(inventory)}),
         (r"/api/snapshot\.json", JsonHandler, {"produce": lambda _h: snapshot_json(store)}),
+        (r"/api/processes\.json", JsonHandler, {"produce": lambda _h: processes_json(store)}),
         (
             r"/health",
             JsonHandler,

@@ -15,6 +15,7 @@ from nvdash.health.clock_events import decode_reasons
 from nvdash.health.status import GpuHealth, evaluate
 from nvdash.health.xid import xid_info
 from nvdash.sampling.records import GpuEvent, GpuInfo, GpuSample, Snapshot
+from nvdash.server.usage_json import mig_json
 from nvdash.store import Store
 
 RECENT_EVENTS = 50
@@ -73,12 +74,15 @@ def snapshot_json(store: Store, now: Callable[[], float] = time.time) -> dict[st
     events = store.events()
     health = {item.index: item for item in evaluate(inventory, latest, events, now())}
     samples = {sample.index: sample for sample in latest.gpus} if latest is not None else {}
+    usage = latest.usage if latest is not None else None
+    usages = {gpu.index: gpu for gpu in usage.gpus} if usage is not None else {}
     gpus = []
     for info in inventory.gpus:
         entry: dict[str, Any] = {"index": info.index}
         entry.update(_info_fields(info))
         entry.update(_sample_fields(samples.get(info.index)))
         entry["health"] = _health_fields(health.get(info.index))
+        entry["mig"] = mig_json(usages.get(info.index))
         gpus.append(entry)
     host = dataclasses.asdict(latest.host) if latest is not None else None
     if host is not None:

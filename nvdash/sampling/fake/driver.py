@@ -18,8 +18,11 @@ from . import constants as c
 from .cargs import address_of, as_int, store_address, store_pointer_field, store_string, target
 from .events import POLL_S, SUPPORTED_EVENT_TYPES, EventHub
 from .gpm import GpmSamples, metric_value
+from .mig import MigLayouts
+from .processes import ProcessTable
 from .profiles import Profile, gpu_uuid
 from .scenario import Event, Health
+from .usage_driver import UsageFunctions
 from .workload import Workload
 
 _PCIE_THROUGHPUT_WINDOW_S = 0.02
@@ -99,11 +102,34 @@ class FakeDriver:
         self._uuids = [gpu_uuid(profile.name, seed, i) for i in range(profile.gpu_count)]
         self._handle_storage = [ctypes.create_string_buffer(8) for _ in range(profile.gpu_count)]
         self._devices = {ctypes.addressof(buf): i for i, buf in enumerate(self._handle_storage)}
+        self.usage = UsageFunctions(
+            profile,
+            ProcessTable(profile, self.workload, created_at),
+            MigLayouts(profile, self._uuids),
+            lambda gpu: ctypes.addressof(self._handle_storage[gpu]),
+            created_at,
+        )
 
     def device_of(self, handle: object) -> int | None:
-        """The index of the device a handle refers to, or ``None`` for a handle this driver never gave out."""
+        """The index of the device a handle refers to (a MIG device's parent), or ``None`` for a foreign handle."""
         address = address_of(handle)
-        return None if address is None else self._devices.get(address)
+        if address is None:
+            return None
+        device = self._devices.get(address)
+        if device is None:
+            mig = self.usage.mig.device_of(address)
+            device = None if mig is None else mig[0]
+        return device
+
+    def is_mig_handle(self, handle: object) -> bool:
+        """True for a MIG device handle."""
+        return self.usage.mig_of(handle) is not None
+
+    def _memory_used(self, gpu: int, t: float) -> int:
+        """Used memory, driver reservation included: the job's, fixed-size processes', or the MIG instances'."""
+        if self.usage.mig.enabled(gpu):
+            return self.profile.memory_reserved_bytes + self.usage.parent_mig_used(gpu)
+        return self.workload.memory_used_bytes(gpu, t) + self.usage.processes.fixed_bytes(gpu)
 
     def inject_xid(self, device: int, xid: int, t: float) -> None:
         """XID ``xid`` on ``device`` at ``t`` s: its side effects on the counters and its events."""
@@ -177,6 +203,8 @@ class FakeDriver:
             "nvmlDeviceGetFieldValues": (self.device_get_field_values, _field_values_latency),
             "nvmlGpmSampleGet": (self.gpm_sample_get, getter),
         }
+        by_handle |= {name: (body, getter) for name, body in self.usage.bodies().items()}
+        plain["nvmlGpuInstanceGetInfo"] = (self.usage.gpu_instance_get_info, static)
         specs = {name: EntrySpec(run, latency) for name, (run, latency) in plain.items()}
         specs |= {name: EntrySpec(run, latency, "handle") for name, (run, latency) in by_handle.items()}
         specs["nvmlDeviceGetHandleByIndex_v2"] = EntrySpec(self.device_get_handle_by_index, static, "index")
@@ -208,13 +236,17 @@ class FakeDriver:
         store_address(device, ctypes.addressof(self._handle_storage[call.device]))
         return _OK
 
-    def device_get_name(self, _call: Call, _handle: object, buffer: object, size: object) -> int:
-        if not store_string(buffer, size, self.profile.gpu_name):
+    def device_get_name(self, _call: Call, handle: object, buffer: object, size: object) -> int:
+        mig = self.usage.mig_of(handle)
+        name = self.profile.gpu_name if mig is None else self.usage.mig_name(self.profile.gpu_name, mig)
+        if not store_string(buffer, size, name):
             return c.NVML_ERROR_INSUFFICIENT_SIZE
         return _OK
 
-    def device_get_uuid(self, call: Call, _handle: object, buffer: object, size: object) -> int:
-        if not store_string(buffer, size, self._uuids[call.device]):
+    def device_get_uuid(self, call: Call, handle: object, buffer: object, size: object) -> int:
+        mig = self.usage.mig_of(handle)
+        uuid = self._uuids[call.device] if mig is None else self.usage.mig.uuid(*mig)
+        if not store_string(buffer, size, uuid):
             return c.NVML_ERROR_INSUFFICIENT_SIZE
         return _OK
 
@@ -298,27 +330,38 @@ class FakeDriver:
 
     # Memory, utilization, temperature, power, clocks
 
-    def device_get_memory_info(self, call: Call, _handle: object, memory: object) -> int:
-        used = self.workload.memory_used_bytes(call.device, self._t(call.now))
+    def _memory(self, call: Call, handle: object) -> tuple[int, int, int]:
+        """(total, used including the reservation, reserved) of a GPU or of a MIG device (no reservation)."""
+        mig = self.usage.mig_of(handle)
+        if mig is not None:
+            total, used = self.usage.mig_memory(mig)
+            return total, used, 0
+        reserved = self.profile.memory_reserved_bytes
+        return self.profile.memory_total_bytes, self._memory_used(call.device, self._t(call.now)), reserved
+
+    def device_get_memory_info(self, call: Call, handle: object, memory: object) -> int:
+        total, used, _ = self._memory(call, handle)
         out = target(memory)
-        out.total = self.profile.memory_total_bytes
+        out.total = total
         out.used = used
-        out.free = self.profile.memory_total_bytes - used
+        out.free = total - used
         return _OK
 
-    def device_get_memory_info_v2(self, call: Call, _handle: object, memory: object) -> int:
+    def device_get_memory_info_v2(self, call: Call, handle: object, memory: object) -> int:
         out = target(memory)
         if out.version != c.NVML_MEMORY_V2_VERSION:
             return c.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-        used = self.workload.memory_used_bytes(call.device, self._t(call.now))
-        reserved = self.profile.memory_reserved_bytes
-        out.total = self.profile.memory_total_bytes
+        total, used, reserved = self._memory(call, handle)
+        out.total = total
         out.reserved = reserved
         out.used = used - reserved
-        out.free = self.profile.memory_total_bytes - used
+        out.free = total - used
         return _OK
 
     def device_get_utilization_rates(self, call: Call, _handle: object, utilization: object) -> int:
+        """NOT_SUPPORTED on a GPU in MIG mode (nvidia-smi shows N/A): the instances share the engines."""
+        if self.usage.mig.enabled(call.device):
+            return c.NVML_ERROR_NOT_SUPPORTED
         gpu, memory = self.workload.utilization(call.device, self._t(call.now))
         out = target(utilization)
         out.gpu = gpu

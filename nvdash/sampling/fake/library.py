@@ -16,6 +16,8 @@ from .cargs import as_int
 from .driver import Call, FakeDriver
 from .faults import Fault, FaultState, check_device, check_function, parse_faults
 from .profiles import PROFILES, Profile, profile_names
+from .usage_driver import MIG_HANDLE_FUNCTIONS
+from .usage_specs import ProcessSpec
 from .workload import Workload
 
 _INIT_FUNCTIONS = frozenset({"nvmlInitWithFlags", "nvmlInit_v2"})
@@ -140,6 +142,29 @@ class FakeNvmlLibrary:
             with self._lock:
                 self._faults.add(fault, elapsed)
 
+    # Processes
+
+    def add_process(
+        self,
+        gpu: int,
+        pid: int,
+        *,
+        kinds: tuple[str, ...] = ("compute",),
+        memory_mib: int = 256,
+        sm_share: float = 0.0,
+        mig: int | None = None,
+    ) -> None:
+        """List ``pid`` on ``gpu`` from now on (e.g. a real child process a test started)."""
+        gpu = check_device(gpu, self.profile.gpu_count)
+        if mig is not None and not 0 <= mig < len(self._driver.usage.mig.layout(gpu)):
+            raise ValueError(f"GPU {gpu} has no MIG instance {mig}")
+        spec = ProcessSpec(gpu, pid, kinds, memory_mib=memory_mib, sm_share=sm_share, mig=mig)
+        self._driver.usage.processes.add(spec)
+
+    def remove_process(self, pid: int) -> bool:
+        """Stop listing ``pid`` (it exited); False if it was not listed."""
+        return self._driver.usage.processes.remove(pid)
+
     # Accounting
 
     def call_counts(self) -> dict[str, int]:
@@ -200,6 +225,8 @@ class FakeNvmlLibrary:
             device = index if 0 <= index < self.profile.gpu_count else None
         elif device_kind == "handle":
             device = self._driver.device_of(args[0])
+            if device is not None and name not in MIG_HANDLE_FUNCTIONS and self._driver.is_mig_handle(args[0]):
+                return device, c.NVML_ERROR_NOT_SUPPORTED
         if device is None:
             return -1, c.NVML_ERROR_INVALID_ARGUMENT
         if device >= 0 and self._faults.is_lost(device):

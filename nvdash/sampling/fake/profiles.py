@@ -28,6 +28,13 @@ are seconds after the library was created.
     aggregate correctable errors from before this driver load.
 ``dgx-b200``: GPU 2 gets a correctable ECC error every 45 s from 40 s; GPU 7 is idle; SwPowerCap steps.
 ``a100-pcie-2``: healthy; GPU 1 idle.
+``a100-mig``: ``a100-pcie-2`` with GPU 0 in MIG mode (3g.20gb, 2g.10gb, two 1g.5gb; the last one empty) and
+    both GPUs busy.
+
+Processes (see ``usage_specs``): one training rank per busy GPU holding 97 % of the job's memory (on
+``dgx-h100`` GPU 5's rank reads 37,100 % SM in every 25th utilization sample); ``dgx-h100`` GPU 6 runs an MPS
+server with two idle clients; ``t4`` also shows an X server (graphics); ``a100-mig`` has four processes in
+three of its instances.
 ``t4``: pre-Ampere page retirement: two pages retired for multiple single-bit errors before start (none
     pending), matching aggregate correctable counts; power readings hidden by the host.
 """
@@ -35,10 +42,11 @@ are seconds after the library was created.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from . import constants as c
+from .usage_specs import GHOST_PID_BASE, MigSpec, ProcessSpec, ranks
 
 _T = TypeVar("_T")
 _PCIE_LANE_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
@@ -197,6 +205,13 @@ class Profile:
     temperature_idle_c: float = 30.0
     temperature_load_c: float = 75.0
     scenario: Scenario = field(default_factory=Scenario)
+    sm_count: int = 0
+    """Streaming multiprocessors of the whole GPU (``nvmlDeviceAttributes_t.multiprocessorCount``)."""
+    mig_capable: bool = False
+    """Whether the GPU supports MIG (A100, H100, B200): MIG mode queries answer instead of NOT_SUPPORTED."""
+    mig_layout: tuple[tuple[int, tuple[MigSpec, ...]], ...] = ()
+    """(GPU, its instances) for each GPU in MIG mode."""
+    processes: tuple[ProcessSpec, ...] = ()
 
     @property
     def memory_total_bytes(self) -> int:
@@ -286,6 +301,15 @@ PROFILES: dict[str, Profile] = {
                 nvlink_crc_per_min=((5, (11, 24.0)),),
                 ecc_history=((1, (4, 0)),),
             ),
+            sm_count=132,
+            mig_capable=True,
+            processes=(
+                *ranks(range(6), garbage_on=5),
+                # GPU 6 serves inference through MPS: the control daemon's server and two idle clients.
+                ProcessSpec(6, GHOST_PID_BASE + 600, memory_mib=32, sm_share=0.0),
+                ProcessSpec(6, GHOST_PID_BASE + 601, ("compute", "mps"), memory_mib=2048, sm_share=0.5),
+                ProcessSpec(6, GHOST_PID_BASE + 602, ("compute", "mps"), memory_mib=3072, sm_share=0.5),
+            ),
         ),
         Profile(
             name="dgx-a100",
@@ -322,6 +346,9 @@ PROFILES: dict[str, Profile] = {
             temperature_idle_c=28.0,
             temperature_load_c=70.0,
             scenario=Scenario(ecc_history=((5, (11, 0)),), remapped_history=((5, 1),)),
+            sm_count=108,
+            mig_capable=True,
+            processes=ranks(range(8)),
         ),
         Profile(
             name="dgx-b200",
@@ -365,6 +392,9 @@ PROFILES: dict[str, Profile] = {
             temperature_idle_c=28.0,
             temperature_load_c=72.0,
             scenario=Scenario(correctable_ecc=((2, (40.0, 45.0)),)),
+            sm_count=148,
+            mig_capable=True,
+            processes=ranks(range(7)),
         ),
         Profile(
             name="a100-pcie-2",
@@ -394,6 +424,9 @@ PROFILES: dict[str, Profile] = {
             power_idle_w=35.0,
             temperature_idle_c=31.0,
             temperature_load_c=72.0,
+            sm_count=108,
+            mig_capable=True,
+            processes=ranks((0,)),
         ),
         Profile(
             name="t4",
@@ -422,6 +455,8 @@ PROFILES: dict[str, Profile] = {
             temperature_idle_c=32.0,
             temperature_load_c=75.0,
             scenario=Scenario(ecc_history=((0, (37, 0)),), retired_sbe_pages=((0, 2),)),
+            sm_count=40,
+            processes=(*ranks((0,)), ProcessSpec(0, GHOST_PID_BASE + 900, ("graphics",), memory_mib=23)),
         ),
         Profile(
             name="none",
@@ -430,6 +465,29 @@ PROFILES: dict[str, Profile] = {
         ),
     )
 }
+
+
+_A100_MIG_LAYOUT = (
+    MigSpec("3g.20gb", gpu_instance_id=1, placement_start=4),
+    MigSpec("2g.10gb", gpu_instance_id=5, placement_start=0),
+    MigSpec("1g.5gb", gpu_instance_id=13, placement_start=2),
+    MigSpec("1g.5gb", gpu_instance_id=14, placement_start=3),
+)
+"""A valid A100 40GB layout using all 7 compute slices and all 8 memory slices."""
+PROFILES["a100-mig"] = replace(
+    PROFILES["a100-pcie-2"],
+    name="a100-mig",
+    description="2 x A100 PCIe 40GB; GPU 0 in MIG mode (3g.20gb, 2g.10gb, 2 x 1g.5gb), GPU 1 whole",
+    idle_gpus=frozenset(),
+    mig_layout=((0, _A100_MIG_LAYOUT),),
+    processes=(
+        ProcessSpec(0, GHOST_PID_BASE + 200, memory_mib=14000, mig=0),
+        ProcessSpec(0, GHOST_PID_BASE + 201, memory_mib=4096, mig=0),
+        ProcessSpec(0, GHOST_PID_BASE + 210, memory_mib=8192, mig=1),
+        ProcessSpec(0, GHOST_PID_BASE + 220, memory_mib=3000, mig=2),
+        *ranks((1,)),
+    ),
+)
 
 
 def profile_names() -> list[str]:

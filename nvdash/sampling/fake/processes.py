@@ -1,0 +1,100 @@
+"""The simulated processes on each GPU: their memory and the driver's per-process utilization sample buffer."""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+from .profiles import Profile
+from .usage_specs import MIG_EMPTY_INSTANCE_MIB, ProcessSpec
+from .workload import Workload
+
+_MIB = 1024 * 1024
+SAMPLE_PERIOD_S = 0.2
+"""How often the simulated driver samples per-process utilization."""
+SAMPLE_BUFFER_S = 10.0
+"""How far back the driver's sample buffer reaches."""
+GARBAGE_SM_PCT = 37_100
+
+
+@dataclass(frozen=True)
+class UtilizationSample:
+    """One ``nvmlProcessUtilizationSample_t``: pid, CPU timestamp in microseconds, and four percentages."""
+
+    pid: int
+    timestamp_us: int
+    sm: int
+    memory: int
+    encoder: int
+    decoder: int
+
+
+class ProcessTable:
+    """The processes of one simulated machine: the profile's own plus those a test adds (thread-safe)."""
+
+    def __init__(self, profile: Profile, workload: Workload, created_at: float) -> None:
+        self._profile = profile
+        self._workload = workload
+        self._created_at = created_at
+        self._lock = threading.Lock()
+        self._specs: list[ProcessSpec] = list(profile.processes)
+
+    def add(self, spec: ProcessSpec) -> None:
+        """Start listing ``spec`` (replacing any process with the same PID on the same GPU)."""
+        with self._lock:
+            self._specs = [s for s in self._specs if (s.pid, s.gpu) != (spec.pid, spec.gpu)] + [spec]
+
+    def remove(self, pid: int) -> bool:
+        """Stop listing ``pid`` on every GPU; False if it was not listed."""
+        with self._lock:
+            kept = [s for s in self._specs if s.pid != pid]
+            removed = len(kept) != len(self._specs)
+            self._specs = kept
+        return removed
+
+    def on_gpu(self, gpu: int) -> list[ProcessSpec]:
+        """The processes on ``gpu`` (a copy)."""
+        with self._lock:
+            return [s for s in self._specs if s.gpu == gpu]
+
+    def fixed_bytes(self, gpu: int, mig: int | None = None) -> int:
+        """Memory held by fixed-size processes on ``gpu`` (or in one of its MIG instances)."""
+        return sum(s.memory_mib * _MIB for s in self.on_gpu(gpu) if mig is None or s.mig == mig)
+
+    def memory_bytes(self, spec: ProcessSpec, t: float) -> int:
+        """What ``usedGpuMemory`` reports for ``spec`` at ``t`` s: a fixed size, or its share of the job's memory."""
+        if spec.memory_share <= 0:
+            return spec.memory_mib * _MIB
+        job = self._workload.memory_used_bytes(spec.gpu, t) - self._profile.memory_reserved_bytes
+        return int(spec.memory_share * job) // _MIB * _MIB + spec.memory_mib * _MIB
+
+    def mig_used_bytes(self, gpu: int, mig: int) -> int:
+        """Memory used in one MIG instance: its own context plus its processes."""
+        return MIG_EMPTY_INSTANCE_MIB * _MIB + self.fixed_bytes(gpu, mig)
+
+    def utilization_samples(self, gpu: int, now: float, last_seen_us: int) -> list[UtilizationSample]:
+        """The buffered samples newer than ``last_seen_us`` (0: the whole buffer), oldest first.
+
+        Like the driver, one sample per process per sample period, only where the process had non-zero
+        utilization in that period; graphics-only processes are not sampled.
+        """
+        specs = [s for s in self.on_gpu(gpu) if "compute" in s.kinds or "mps" in s.kinds]
+        if not specs:
+            return []
+        first = max(math.ceil((now - SAMPLE_BUFFER_S) / SAMPLE_PERIOD_S), math.ceil(self._created_at / SAMPLE_PERIOD_S))
+        last = math.floor(now / SAMPLE_PERIOD_S)
+        samples: list[UtilizationSample] = []
+        for k in range(first, last + 1):
+            timestamp_us = round(k * SAMPLE_PERIOD_S * 1e6)
+            if timestamp_us <= last_seen_us:
+                continue
+            gpu_pct, memory_pct = self._workload.utilization(gpu, k * SAMPLE_PERIOD_S - self._created_at)
+            for spec in specs:
+                sm, memory = round(gpu_pct * spec.sm_share), round(memory_pct * spec.sm_share)
+                if sm == 0 and memory == 0:
+                    continue
+                if spec.garbage_every and k % spec.garbage_every == 0:
+                    sm = GARBAGE_SM_PCT
+                samples.append(UtilizationSample(spec.pid, timestamp_us, sm, memory, 0, 0))
+        return samples

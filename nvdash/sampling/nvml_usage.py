@@ -1,0 +1,256 @@
+"""Who uses one GPU, as NVML says: its processes, their per-process utilization, and its MIG instances.
+
+Read at the usage cadence (every couple of seconds), never on the event loop. Per-process utilization is read
+with the timestamp of the newest sample seen before, so no sample is counted twice; each value is clamped to
+0-100 % (drivers now and then answer garbage such as 37,100 %), and a process with no sample since then was
+idle (NVML only returns processes with non-zero utilization in a sample period).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nvdash.sampling.nvml_device import Device, GpuLost, NvmlCaller, text_of
+from nvdash.sampling.usage_records import GpuUsage, MigInstance
+
+INSTANCE_ID_NONE = 0xFFFFFFFF
+"""``gpuInstanceId``/``computeInstanceId`` of a process on a GPU without MIG."""
+_PROCESS_FUNCTIONS = (
+    ("compute", ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2")),
+    ("graphics", ("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2")),
+    ("mps", ("nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2")),
+)
+"""Each list, newest struct version first (older drivers lack the ``_v3`` entry points)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlProcess:
+    """One PID on one GPU as NVML lists it."""
+
+    pid: int
+    kinds: tuple[str, ...]
+    memory_bytes: int | None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUtilization:
+    """A process's utilization since the previous reading, each 0-100 %."""
+
+    sm_pct: float
+    memory_pct: float
+    encoder_pct: float
+    decoder_pct: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUsage:
+    """One GPU's MIG state and processes, before the host side is looked up."""
+
+    gpu: GpuUsage
+    processes: tuple[NvmlProcess, ...] = ()
+    utilization: Mapping[int, ProcessUtilization] = field(default_factory=dict)
+    """By PID; empty when the GPU does not report per-process utilization (see ``gpu.process_utilization``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _MigStatic:
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    placement_start: int | None
+    placement_size: int | None
+    sm_count: int | None
+    memory_total_bytes: int | None
+
+
+def clamp_pct(value: float) -> float:
+    """A percentage forced into 0-100."""
+    return min(100.0, max(0.0, float(value)))
+
+
+def mig_profile(name: str) -> str:
+    """``3g.20gb`` from a MIG device name such as ``NVIDIA A100-PCIE-40GB MIG 3g.20gb``."""
+    _, found, profile = name.rpartition(" MIG ")
+    return profile.strip() if found else name
+
+
+class UsageReader:
+    """Reads a :class:`DeviceUsage` of a device through an :class:`NvmlCaller`."""
+
+    def __init__(self, caller: NvmlCaller) -> None:
+        self._caller = caller
+        self._nvml = caller.nvml
+        self._mig_static: dict[str, _MigStatic] = {}
+
+    def read(self, device: Device) -> DeviceUsage:
+        """The device's usage now; raises ``GpuLost`` when NVML says it is gone."""
+        nvml = self._nvml
+        mode = self._caller.optional(device, "mig_mode", nvml.nvmlDeviceGetMigMode)
+        mig_enabled = None if mode is None else bool(mode[0])
+        mig_pending = None if mode is None else bool(mode[1])
+        instances = self._instances(device) if mig_enabled else ()
+        processes = self._processes(device)
+        utilization: dict[int, ProcessUtilization] | None = None
+        if not mig_enabled:
+            utilization = self._utilization(device)
+        gpu = GpuUsage(
+            index=device.index,
+            uuid=device.info.uuid,
+            mig_enabled=mig_enabled,
+            mig_pending=mig_pending,
+            instances=instances,
+            processes_readable=processes is not None,
+            process_utilization=utilization is not None,
+        )
+        return DeviceUsage(gpu, processes or (), utilization or {})
+
+    # Processes
+
+    def _processes(self, device: Device) -> tuple[NvmlProcess, ...] | None:
+        """Every PID of the three lists, merged (one PID can be compute and graphics); ``None`` if none answered."""
+        merged: dict[int, NvmlProcess] = {}
+        answered = False
+        for kind, names in _PROCESS_FUNCTIONS:
+            listed = self._list(device, kind, names)
+            if listed is None:
+                continue
+            answered = True
+            for entry in listed:
+                pid = int(entry.pid)
+                memory = entry.usedGpuMemory
+                gi, ci = getattr(entry, "gpuInstanceId", INSTANCE_ID_NONE), getattr(entry, "computeInstanceId", 0)
+                known = merged.get(pid)
+                kinds = (kind,) if known is None else (*known.kinds, kind)
+                if known is not None and known.memory_bytes is not None:
+                    memory = known.memory_bytes if memory is None else max(int(memory), known.memory_bytes)
+                merged[pid] = NvmlProcess(
+                    pid,
+                    kinds,
+                    None if memory is None else int(memory),
+                    None if gi == INSTANCE_ID_NONE else int(gi),
+                    None if gi == INSTANCE_ID_NONE else int(ci),
+                )
+        return tuple(merged.values()) if answered else None
+
+    def _list(self, device: Device, kind: str, names: tuple[str, ...]) -> list[Any] | None:
+        for name in names:
+            metric = f"processes:{name}"
+            if not self._caller.supported(device, metric):
+                continue
+            fn: Callable[..., list[Any]] | None = getattr(self._nvml, name, None)
+            if fn is None:
+                device.unsupported.add(metric)
+                continue
+            listed = self._caller.optional(device, metric, fn)
+            if listed is not None or self._caller.supported(device, metric):
+                return listed
+        return None
+
+    def _utilization(self, device: Device) -> dict[int, ProcessUtilization] | None:
+        """Per PID, the mean of the samples newer than the last seen; ``None`` when NVML does not report it."""
+        nvml = self._nvml
+        metric = "process_utilization"
+        if not self._caller.supported(device, metric):
+            return None
+        try:
+            samples = self._caller.call(nvml.nvmlDeviceGetProcessUtilization, device.handle, device.util_last_seen_us)
+        except nvml.NVMLError_NotFound:
+            return {}
+        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
+            device.unsupported.add(metric)
+            return None
+        except nvml.NVMLError_GpuIsLost:
+            raise GpuLost from None
+        except nvml.NVMLError:
+            return None
+        sums: dict[int, list[float]] = {}
+        newest = device.util_last_seen_us
+        for sample in samples:
+            stamp = int(sample.timeStamp)
+            if stamp <= device.util_last_seen_us:
+                continue
+            newest = max(newest, stamp)
+            totals = sums.setdefault(int(sample.pid), [0.0, 0.0, 0.0, 0.0, 0.0])
+            totals[0] += clamp_pct(sample.smUtil)
+            totals[1] += clamp_pct(sample.memUtil)
+            totals[2] += clamp_pct(sample.encUtil)
+            totals[3] += clamp_pct(sample.decUtil)
+            totals[4] += 1
+        device.util_last_seen_us = newest
+        return {
+            pid: ProcessUtilization(t[0] / t[4], t[1] / t[4], t[2] / t[4], t[3] / t[4]) for pid, t in sums.items()
+        }
+
+    # MIG
+
+    def _mig_call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A call about a MIG device or instance: ``None`` on an NVML error, ``GpuLost`` if the parent is gone."""
+        nvml = self._nvml
+        try:
+            return self._caller.call(fn, *args)
+        except nvml.NVMLError_GpuIsLost:
+            raise GpuLost from None
+        except nvml.NVMLError:
+            return None
+
+    def _instances(self, device: Device) -> tuple[MigInstance, ...]:
+        """The MIG devices of a GPU in MIG mode, static parts learnt once per MIG UUID."""
+        nvml = self._nvml
+        count = self._caller.optional(device, "mig_count", nvml.nvmlDeviceGetMaxMigDeviceCount)
+        instances: list[MigInstance] = []
+        for index in range(int(count or 0)):
+            handle = self._mig_call(nvml.nvmlDeviceGetMigDeviceHandleByIndex, device.handle, index)
+            if handle is None:
+                continue
+            uuid_value = self._mig_call(nvml.nvmlDeviceGetUUID, handle)
+            if uuid_value is None:
+                continue
+            uuid = text_of(uuid_value)
+            static = self._mig_static.get(uuid) or self._learn_mig(device, handle, uuid)
+            if static is None:
+                continue
+            memory = self._mig_call(nvml.nvmlDeviceGetMemoryInfo, handle)
+            instances.append(MigInstance(
+                gpu_index=device.index,
+                uuid=uuid,
+                gpu_instance_id=static.gpu_instance_id,
+                compute_instance_id=static.compute_instance_id,
+                profile=static.profile,
+                placement_start=static.placement_start,
+                placement_size=static.placement_size,
+                sm_count=static.sm_count,
+                memory_used_bytes=None if memory is None else int(memory.used),
+                memory_total_bytes=static.memory_total_bytes if memory is None else int(memory.total),
+                sm_active_pct=None,
+            ))
+        return tuple(instances)
+
+    def _learn_mig(self, device: Device, handle: Any, uuid: str) -> _MigStatic | None:
+        nvml = self._nvml
+        gpu_instance_id = self._mig_call(nvml.nvmlDeviceGetGpuInstanceId, handle)
+        compute_instance_id = self._mig_call(nvml.nvmlDeviceGetComputeInstanceId, handle)
+        if gpu_instance_id is None or compute_instance_id is None:
+            return None
+        name = self._mig_call(nvml.nvmlDeviceGetName, handle)
+        attributes = self._mig_call(nvml.nvmlDeviceGetAttributes_v2, handle)
+        start = size = None
+        # Placement needs the GPU instance handle, which NVML gives to privileged users only.
+        instance = self._mig_call(nvml.nvmlDeviceGetGpuInstanceById, device.handle, int(gpu_instance_id))
+        info = None if instance is None else self._mig_call(nvml.nvmlGpuInstanceGetInfo, instance)
+        if info is not None:
+            start, size = int(info.placement.start), int(info.placement.size)
+        static = _MigStatic(
+            gpu_instance_id=int(gpu_instance_id),
+            compute_instance_id=int(compute_instance_id),
+            profile=mig_profile(text_of(name)) if name is not None else "unknown",
+            placement_start=start,
+            placement_size=size,
+            sm_count=None if attributes is None else int(attributes.multiprocessorCount),
+            memory_total_bytes=None if attributes is None else int(attributes.memorySizeMB) * 1024 * 1024,
+        )
+        self._mig_static[uuid] = static
+        return static
