@@ -35,7 +35,9 @@ def _usage(source: NvmlSource) -> tuple[DeviceUsage, ...]:
     return source.read_usage(timeout_s=10.0)
 
 
-def test_every_process_list_is_read_and_merged_by_pid(h100: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock) -> None:
+def test_every_process_list_is_read_and_merged_by_pid(
+    h100: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock
+) -> None:
     source, _ = h100
     source.open()
     clock.at(120.0)
@@ -54,7 +56,9 @@ def test_every_process_list_is_read_and_merged_by_pid(h100: tuple[NvmlSource, Fa
     assert [u.gpu.uuid for u in usages] == [g.uuid for g in source.gpus]
 
 
-def test_process_memory_fits_in_the_gpus_used_memory(h100: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock) -> None:
+def test_process_memory_fits_in_the_gpus_used_memory(
+    h100: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock
+) -> None:
     source, _ = h100
     source.open()
     clock.at(300.0)
@@ -133,8 +137,10 @@ def test_mig_instances_with_profiles_placements_and_memory(
     assert len({i.uuid for i in first.gpu.instances}) == 4
     # Memory used per instance: its processes plus the instance's own context.
     used = [i.memory_used_bytes for i in first.gpu.instances]
-    assert used[0] is not None and used[0] >= (14000 + 4096) * MiB
-    assert used[3] is not None and used[3] < 64 * MiB
+    assert used[0] is not None
+    assert used[0] >= (14000 + 4096) * MiB
+    assert used[3] is not None
+    assert used[3] < 64 * MiB
     assert all(i.sm_active_pct is None for i in first.gpu.instances)
     # Processes carry their GPU and compute instance ids; per-process utilization is not reported under MIG.
     ids = sorted((p.pid, p.gpu_instance_id, p.compute_instance_id) for p in first.processes)
@@ -187,7 +193,8 @@ def test_a_lost_gpu_has_no_readable_processes(h100: tuple[NvmlSource, FakeNvmlLi
     usages = _usage(source)
     assert not usages[2].gpu.processes_readable
     assert usages[2].processes == ()
-    assert usages[1].gpu.processes_readable and usages[1].processes
+    assert usages[1].gpu.processes_readable
+    assert usages[1].processes
 
 
 def test_unsupported_process_lists_leave_the_gpu_unreadable(

@@ -89,15 +89,21 @@ def test_visible_processes_get_host_details_and_others_are_marked_not_visible(
     usage = UsageCollector(source, HostProcessTable()).collect(time.time(), 10.0)
     processes = by_pid(usage)
     mine = processes[child.pid]
-    assert mine.gpu_index == 7 and mine.gpu_memory_bytes == 300 * 1024 * 1024
+    assert mine.gpu_index == 7
+    assert mine.gpu_memory_bytes == 300 * 1024 * 1024
     assert mine.host is not None
     assert mine.host.user == pwd.getpwuid(os.getuid()).pw_name
-    assert mine.host.command is not None and "--nvdash-test-child" in mine.host.command
-    assert mine.host.rss_bytes is not None and mine.host.rss_bytes > 0
-    assert mine.host.started_s is not None and abs(mine.host.started_s - time.time()) < 120
+    assert mine.host.command is not None
+    assert "--nvdash-test-child" in mine.host.command
+    assert mine.host.rss_bytes is not None
+    assert mine.host.rss_bytes > 0
+    assert mine.host.started_s is not None
+    assert abs(mine.host.started_s - time.time()) < 120
     ghost = processes[GHOST_PID_BASE + 100]
-    assert not ghost.visible and ghost.host is None
-    assert ghost.gpu_memory_bytes is not None and ghost.gpu_memory_bytes > 0
+    assert not ghost.visible
+    assert ghost.host is None
+    assert ghost.gpu_memory_bytes is not None
+    assert ghost.gpu_memory_bytes > 0
     assert usage.pods.status == "Kubernetes pod lookup is off."
     assert [gpu.index for gpu in usage.gpus] == list(range(8))
 
@@ -152,7 +158,8 @@ def test_pods_name_the_processes_on_gpus_allocated_to_them(
     rank0 = processes[GHOST_PID_BASE + 100]
     assert (rank0.pod_namespace, rank0.pod_name, rank0.container_name) == ("ml", "train-0", "trainer")
     assert processes[GHOST_PID_BASE + 101].pod_name == "train-0"
-    assert processes[outsider.pid].visible and processes[outsider.pid].pod_name is None
+    assert processes[outsider.pid].visible
+    assert processes[outsider.pid].pod_name is None
     # GPU 6 is shared by two pods: its (invisible) MPS processes cannot be told apart, so no pod is named.
     assert all(processes[GHOST_PID_BASE + n].pod_name is None for n in (600, 601, 602))
     # GPU 7 is allocated but runs nothing: allocated, idle. GPU 6's pods may own its processes: not idle.
@@ -181,7 +188,8 @@ def test_a_pod_uid_in_the_cgroup_and_the_pod_log_dirs_name_a_process_on_a_shared
     host = HostProcessTable(proc_root_with_cgroup(tmp_path / "proc", child.pid, K8S_CGROUP))
     usage = UsageCollector(source, host, watcher, lambda: pod_names_from_logs(logs)).collect(time.time(), 10.0)
     process = by_pid(usage)[child.pid]
-    assert process.host is not None and process.host.cgroup.pod_uid == POD_UID
+    assert process.host is not None
+    assert process.host.cgroup.pod_uid == POD_UID
     assert process.host.cgroup.qos == "burstable"
     assert (process.pod_namespace, process.pod_name, process.container_name) == ("dev", "alice", "main")
     # bob holds a share of the same GPU and runs nothing on it.
