@@ -12,6 +12,7 @@ from nvdash.apps import (
     gpu_details,
     gpu_health,
     gpu_memory,
+    gpu_processes,
     gpu_resources,
     gpu_topology,
     gpu_utilization,
@@ -47,6 +48,7 @@ class AppSpec:
 APPS: tuple[AppSpec, ...] = (
     AppSpec("/GPU-Utilization", gpu_utilization.TITLE, gpu_utilization.build, Requirement.GPU),
     AppSpec("/GPU-Memory", gpu_memory.TITLE, gpu_memory.build, Requirement.GPU),
+    AppSpec("/GPU-Processes", gpu_processes.TITLE, gpu_processes.build, Requirement.GPU),
     AppSpec("/GPU-Resources", gpu_resources.TITLE, gpu_resources.build, Requirement.GPU),
     AppSpec("/GPU-Health", gpu_health.TITLE, gpu_health.build, Requirement.GPU),
     AppSpec("/GPU-Details", gpu_details.TITLE, gpu_details.build, Requirement.GPU),

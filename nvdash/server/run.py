@@ -6,20 +6,38 @@ import errno
 import logging
 import signal
 import sys
+from pathlib import Path
 from types import FrameType
 
 from nvdash.health.events import EventDetector
+from nvdash.sampling.cgroups import pod_names_from_logs
 from nvdash.sampling.hardware import Hardware, open_hardware
+from nvdash.sampling.host_processes import HostProcessTable
+from nvdash.sampling.kubelet import PodResourcesClient, PodResourcesWatcher
 from nvdash.sampling.records import GpuEvent
 from nvdash.sampling.sampler import Sampler
+from nvdash.sampling.usage import UsageCollector
 from nvdash.server import gc_policy
 from nvdash.server.app import Runtime, make_server
 from nvdash.settings import Settings
 from nvdash.store import Store
 
+POD_LOG_DIR = Path("/var/log/pods")
+"""Where the kubelet keeps each pod's logs, in directories named ``<namespace>_<pod>_<uid>``."""
+
 
 class StartupError(Exception):
     """The server could not start; the message is one line for the user."""
+
+
+def _usage_collector(settings: Settings, hardware: Hardware) -> UsageCollector | None:
+    """The process/pod/MIG collector (its kubelet watcher started), or ``None`` when turned off."""
+    if settings.process_interval_s <= 0:
+        return None
+    watcher = PodResourcesWatcher(PodResourcesClient(settings.kubelet_socket))
+    watcher.start()
+    hardware.on_close(watcher.stop)
+    return UsageCollector(hardware.gpus, HostProcessTable(), watcher, lambda: pod_names_from_logs(POD_LOG_DIR))
 
 
 def start_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
@@ -35,6 +53,8 @@ def start_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
         hardware.gpus,
         interval_s=settings.interval_s,
         derive_events=EventDetector(hardware.inventory),
+        usage=_usage_collector(settings, hardware),
+        usage_interval_s=settings.process_interval_s,
     )
     gpus = hardware.gpus
     fake = hardware.fake

@@ -18,6 +18,7 @@ from tests.server.bokeh_viewer import fingerprint, open_session, receive_for, so
 ROUTES = {
     "/GPU-Utilization": "GPU Utilization",
     "/GPU-Memory": "GPU Memory",
+    "/GPU-Processes": "GPU Processes",
     "/GPU-Resources": "GPU Resources",
     "/GPU-Health": "GPU Health",
     "/GPU-Details": "GPU Details",

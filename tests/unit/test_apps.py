@@ -164,6 +164,7 @@ def test_apps_routes_titles_and_order() -> None:
     assert [(spec.route, spec.title) for spec in APPS] == [
         ("/GPU-Utilization", "GPU Utilization"),
         ("/GPU-Memory", "GPU Memory"),
+        ("/GPU-Processes", "GPU Processes"),
         ("/GPU-Resources", "GPU Resources"),
         ("/GPU-Health", "GPU Health"),
         ("/GPU-Details", "GPU Details"),
@@ -173,7 +174,7 @@ def test_apps_routes_titles_and_order() -> None:
         ("/GPU-Topology", "GPU Topology"),
         ("/Machine-Resources", "Machine Resources"),
     ]
-    assert [spec.requires for spec in APPS] == [Requirement.GPU] * 6 + [Requirement.NVLINK] * 2 + [
+    assert [spec.requires for spec in APPS] == [Requirement.GPU] * 7 + [Requirement.NVLINK] * 2 + [
         Requirement.TOPOLOGY, Requirement.NONE]
     assert all(isinstance(spec, AppSpec) and callable(spec.build) for spec in APPS)
 
@@ -190,8 +191,8 @@ def test_without_gpus_only_the_machine_is_offered_with_the_nvml_reason() -> None
 def test_without_nvlink_the_nvlink_apps_are_not_offered() -> None:
     inventory = Inventory(host=HOST, gpus=(L4,))
     assert [spec.route for spec in available_apps(inventory)] == [
-        "/GPU-Utilization", "/GPU-Memory", "/GPU-Resources", "/GPU-Health", "/GPU-Details", "/PCIe-Throughput",
-        "/Machine-Resources"]
+        "/GPU-Utilization", "/GPU-Memory", "/GPU-Processes", "/GPU-Resources", "/GPU-Health", "/GPU-Details",
+        "/PCIe-Throughput", "/Machine-Resources"]
     nvlink_apps = [spec for spec in APPS if spec.requires is Requirement.NVLINK]
     assert {unavailable_reason(spec, inventory) for spec in nvlink_apps} == {
         "None of the GPUs on this machine has NVLink."}

@@ -10,7 +10,7 @@ import pytest
 CHECK = """
 import sys, threading
 import {module}
-loaded = sorted(m for m in ("pynvml", "psutil", "bokeh") if m in sys.modules)
+loaded = sorted(m for m in ("pynvml", "psutil", "bokeh", "grpc", "google.protobuf") if m in sys.modules)
 print(",".join(loaded), threading.active_count())
 """
 
@@ -26,7 +26,7 @@ def _loaded(module: str) -> tuple[set[str], int]:
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        ("nvdash", {"pynvml", "psutil", "bokeh"}),
+        ("nvdash", {"pynvml", "psutil", "bokeh", "grpc", "google.protobuf"}),
         ("nvdash.cli", {"pynvml", "psutil", "bokeh"}),
         ("nvdash.store", {"pynvml", "psutil", "bokeh"}),
         ("nvdash.sampling.records", {"pynvml", "psutil", "bokeh"}),
@@ -35,6 +35,7 @@ def _loaded(module: str) -> tuple[set[str], int]:
         ("nvdash.sampling.host_source", {"pynvml", "psutil", "bokeh"}),
         ("nvdash.sampling.fake", {"pynvml", "psutil", "bokeh"}),
         ("nvdash.sampling.xid_watcher", {"pynvml", "psutil", "bokeh"}),
+        ("nvdash.sampling.kubelet", {"pynvml", "psutil", "bokeh", "grpc", "google.protobuf"}),
         ("nvdash.health", {"pynvml", "psutil", "bokeh"}),
         ("nvdash.server.snapshot", {"pynvml", "psutil", "bokeh"}),
         ("nvdash.apps", {"pynvml", "psutil"}),
