@@ -37,6 +37,10 @@ def test_all_options() -> None:
             "nvdash/",
             "--history",
             "600",
+            "--process-interval",
+            "5",
+            "--kubelet-socket",
+            "/run/kubelet/pod-resources.sock",
         ],
         {},
     )
@@ -49,7 +53,15 @@ def test_all_options() -> None:
         allow_websocket_origin=("gpu-node:9001", "proxy:443"),
         prefix="/nvdash",
         history=600,
+        process_interval_s=5.0,
+        kubelet_socket="/run/kubelet/pod-resources.sock",
     )
+
+
+def test_process_collection_defaults_and_off() -> None:
+    assert parse_settings([], {}).process_interval_s == 2.0
+    assert parse_settings([], {}).kubelet_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert parse_settings(["--process-interval", "0"], {}).process_interval_s == 0.0
 
 
 def test_environment_selects_simulation_and_faults() -> None:
@@ -67,6 +79,8 @@ def test_environment_selects_simulation_and_faults() -> None:
         (["--port", "70000"], "--port must be between 0 and 65535"),
         (["--simulate", "gtx-9000"], "unknown profile 'gtx-9000'; choose one of: "),
         (["--history", "1"], "--history must be at least 2"),
+        (["--process-interval", "0.2"], "--process-interval must be 0 (off) or at least --interval (0.5 s)"),
+        (["--process-interval", "-1"], "--process-interval must be 0 (off) or at least --interval"),
         (["--frobnicate"], "unrecognized arguments: --frobnicate"),
     ],
 )

@@ -9,6 +9,7 @@ import pytest
 
 from nvdash.sampling.records import GpuSample, HostInfo, HostSample, Inventory
 from nvdash.sampling.sampler import Sampler
+from nvdash.sampling.usage_records import Usage
 from nvdash.store import Store
 
 
@@ -79,3 +80,53 @@ def test_a_failing_sweep_is_counted_and_sampling_goes_on() -> None:
 def test_interval_below_minimum_is_rejected() -> None:
     with pytest.raises(ValueError, match="at least"):
         Sampler(_store(), Host(), None, interval_s=0.05)
+
+
+class Usages:
+    """Counts collections; fails when told to."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, float]] = []
+        self.fail = False
+
+    def collect(self, time_s: float, timeout_s: float) -> Usage:
+        self.calls.append((time_s, timeout_s))
+        if self.fail:
+            raise RuntimeError("boom")
+        return Usage(time_s=time_s)
+
+
+def test_usage_is_read_at_its_own_cadence_and_carried_in_every_snapshot() -> None:
+    store = _store()
+    usages = Usages()
+    clock = iter(range(100, 200))
+    sampler = Sampler(store, Host(), Gpus(), interval_s=0.5, wall_clock=lambda: float(next(clock)),
+                      usage=usages, usage_interval_s=3600.0)
+    first = sampler.sample_once()
+    second = sampler.sample_once()
+    assert first.usage is not None
+    assert first.usage.time_s == 100.0
+    assert second.usage is first.usage
+    assert usages.calls == [(100.0, pytest.approx(0.25))]
+
+
+def test_usage_is_read_every_sweep_when_its_interval_has_always_passed() -> None:
+    usages = Usages()
+    sampler = Sampler(_store(), Host(), Gpus(), interval_s=0.5, usage=usages, usage_interval_s=0.0)
+    for _ in range(3):
+        sampler.sample_once()
+    assert len(usages.calls) == 3
+
+
+def test_a_failing_usage_read_keeps_the_previous_usage_and_the_sweep() -> None:
+    usages = Usages()
+    sampler = Sampler(_store(), Host(), Gpus(), interval_s=0.5, usage=usages, usage_interval_s=0.0)
+    before = sampler.sample_once().usage
+    usages.fail = True
+    after = sampler.sample_once()
+    assert after.usage is before
+    assert after.gpus[0].utilization_pct == 50.0
+
+
+def test_without_a_usage_reader_snapshots_have_no_usage() -> None:
+    assert Sampler(_store(), Host(), Gpus(), interval_s=0.5).sample_once().usage is None
