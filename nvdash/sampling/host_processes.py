@@ -1,0 +1,232 @@
+"""What the host knows of the processes NVML lists: user, command line, CPU, memory, start time, cgroup.
+
+It reads ``/proc`` directly rather than through psutil: a warm lookup costs one small read of
+``/proc/PID/stat`` per process, several times less than psutil's ``Process`` objects for 400 PIDs (see
+``benchmarks/process_lookup.py``). What does not change over a process's life is read once and cached per
+(PID, start time), so a recycled PID is a new process. NVML reports host-namespace PIDs; a PID this
+``/proc`` does not show (another PID namespace) or that exits during the lookup is simply left out.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from nvdash.sampling.cgroups import read_cgroup
+from nvdash.sampling.usage_records import CgroupIdentity, HostProcess
+
+_SMALL_FILE_BYTES = 4096
+_CMDLINE_MAX_BYTES = 1 << 16
+
+
+class _Stat(NamedTuple):
+    """The fields of ``/proc/PID/stat`` that nvdash reads each time, in the kernel's units."""
+
+    cpu_ticks: int
+    """User plus system CPU time, in clock ticks."""
+    start_ticks: int
+    """Start time after boot, in clock ticks: with the PID, it names one process."""
+    rss_pages: int
+    name: bytes
+    """``comm``: set from the executable on ``exec``, so a change means the command line may have changed."""
+
+
+@dataclass(slots=True)
+class _Known:
+    """A process seen before: what does not change, and the CPU reading to take the next delta from."""
+
+    start_ticks: int
+    name: bytes
+    user: str | None
+    command: str
+    started_s: float | None
+    cgroup: CgroupIdentity
+    cpu_ticks: int
+    seen_s: float
+
+
+class HostProcessTable:
+    """Looks up PIDs in ``proc_root``; host CPU % is the delta since this table last saw the same process.
+
+    User, command line, start time and cgroup are read once per (PID, start time); they are read again when
+    the process's name changes (an ``exec``), since a process seen between ``fork`` and ``exec`` still
+    shows its parent's.
+    """
+
+    def __init__(self, proc_root: Path = Path("/proc"), clock: Callable[[], float] = time.monotonic) -> None:
+        self._proc_root = proc_root
+        self._root = str(proc_root)
+        self._clock = clock
+        self._ticks_per_s = float(os.sysconf("SC_CLK_TCK"))
+        self._page_bytes = int(os.sysconf("SC_PAGE_SIZE"))
+        self._boot_s: float | None = None
+        self._users: dict[int, str] = {}
+        self._known: dict[int, _Known] = {}
+
+    def lookup(self, pids: Iterable[int]) -> dict[int, HostProcess]:
+        """HostProcess for each PID the host can see; the cache keeps only the PIDs asked about this time."""
+        now = self._clock()
+        found: dict[int, HostProcess] = {}
+        known: dict[int, _Known] = {}
+        for pid in pids:
+            if pid in found or pid <= 0:
+                continue
+            stat = self._read_stat(pid)
+            if stat is None:
+                continue
+            previous = self._known.get(pid)
+            if previous is None or previous.start_ticks != stat.start_ticks:
+                entry, cpu_pct = self._identify(pid, stat, stat.cpu_ticks, now), None
+            else:
+                cpu_pct = self._cpu_pct(previous, stat.cpu_ticks, now)
+                same = previous.name == stat.name
+                entry = previous if same else self._identify(pid, stat, previous.cpu_ticks, previous.seen_s)
+            if entry is None:
+                continue
+            known[pid] = entry
+            found[pid] = HostProcess(
+                pid=pid,
+                user=entry.user,
+                command=entry.command,
+                cpu_pct=cpu_pct,
+                rss_bytes=stat.rss_pages * self._page_bytes,
+                started_s=entry.started_s,
+                cgroup=entry.cgroup,
+            )
+        self._known = known
+        return found
+
+    def _cpu_pct(self, entry: _Known, cpu_ticks: int, now: float) -> float | None:
+        """CPU % since the entry's reading, which moves to this one; ``None`` if no time has passed."""
+        elapsed_s = now - entry.seen_s
+        if elapsed_s <= 0:
+            return None
+        busy_s = max(0, cpu_ticks - entry.cpu_ticks) / self._ticks_per_s
+        entry.cpu_ticks, entry.seen_s = cpu_ticks, now
+        return 100.0 * busy_s / elapsed_s
+
+    def _identify(self, pid: int, stat: _Stat, cpu_ticks: int, seen_s: float) -> _Known | None:
+        """Read what stays fixed for the process's life; ``None`` if the PID changed hands meanwhile."""
+        uid = _real_uid(self._read(pid, "status"))
+        argv = self._read(pid, "cmdline", _CMDLINE_MAX_BYTES)
+        cgroup = read_cgroup(self._proc_root, pid)
+        again = self._read_stat(pid)
+        if again is None or again.start_ticks != stat.start_ticks:
+            return None
+        boot_s = self._boot_time_s()
+        return _Known(
+            start_ticks=stat.start_ticks,
+            name=again.name,
+            user=None if uid is None else self._user_name(uid),
+            command=_command(argv) or again.name.decode("utf-8", errors="replace"),
+            started_s=None if boot_s is None else boot_s + stat.start_ticks / self._ticks_per_s,
+            cgroup=cgroup,
+            cpu_ticks=cpu_ticks,
+            seen_s=seen_s,
+        )
+
+    def _read_stat(self, pid: int) -> _Stat | None:
+        """The process's CPU time, start time, RSS and name; ``None`` once it is gone (one read: it is small)."""
+        try:
+            fd = os.open(f"{self._root}/{pid}/stat", os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            return _parse_stat(os.read(fd, _SMALL_FILE_BYTES))
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def _read(self, pid: int, name: str, limit: int = _SMALL_FILE_BYTES) -> bytes | None:
+        """One ``/proc/PID/<name>`` file, or ``None`` when the process is gone or the file unreadable."""
+        return _read_file(f"{self._root}/{pid}/{name}", limit)
+
+    def _boot_time_s(self) -> float | None:
+        """Boot time (epoch seconds) from ``btime`` in ``proc_root/stat``, as ``ps`` and psutil take it."""
+        if self._boot_s is None:
+            self._boot_s = _btime(_read_file(self._proc_root / "stat"))
+        return self._boot_s
+
+    def _user_name(self, uid: int) -> str:
+        name = self._users.get(uid)
+        if name is None:
+            try:
+                name = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                name = str(uid)
+            self._users[uid] = name
+        return name
+
+
+def _read_file(path: str | Path, limit: int = _SMALL_FILE_BYTES) -> bytes | None:
+    """Up to ``limit`` bytes of a file, or ``None`` when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        chunks = []
+        size = 0
+        while size < limit:
+            chunk = os.read(fd, limit - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _parse_stat(data: bytes | None) -> _Stat | None:
+    """``pid (comm) state ...``: comm may hold spaces and parentheses, so the fields start after the last ``)``.
+
+    Counted from 1 in proc(5): utime 14, stime 15, starttime 22, rss 24; ``fields`` starts at field 3.
+    """
+    if not data:
+        return None
+    open_paren = data.find(b"(")
+    close_paren = data.rfind(b")")
+    if open_paren < 0 or close_paren < open_paren:
+        return None
+    fields = data[close_paren + 2 :].split(None, 22)  # fields 3 to 24 apart; the rest stays in one piece
+    try:
+        cpu_ticks = int(fields[11]) + int(fields[12])
+        return _Stat(cpu_ticks, int(fields[19]), max(0, int(fields[21])), data[open_paren + 1 : close_paren])
+    except (IndexError, ValueError):
+        return None
+
+
+def _btime(stat: bytes | None) -> float | None:
+    """``btime`` (boot time, whole epoch seconds) from the system-wide ``/proc/stat``."""
+    for line in (stat or b"").splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0] == b"btime" and fields[1].isdigit():
+            return float(fields[1])
+    return None
+
+
+def _real_uid(status: bytes | None) -> int | None:
+    """The real uid from ``/proc/PID/status`` (``Uid:`` real, effective, saved, filesystem)."""
+    if status is None:
+        return None
+    for line in status.splitlines():
+        if line.startswith(b"Uid:"):
+            fields = line.split()
+            return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+    return None
+
+
+def _command(argv: bytes | None) -> str:
+    """The command line with its NUL-separated arguments joined by spaces; ``""`` when there is none."""
+    if not argv:
+        return ""
+    return " ".join(argv.rstrip(b"\0").decode("utf-8", errors="replace").split("\0"))
