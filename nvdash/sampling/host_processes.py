@@ -67,9 +67,30 @@ class HostProcessTable:
         self._boot_s: float | None = None
         self._users: dict[int, str] = {}
         self._known: dict[int, _Known] = {}
+        self._host_pids: bool | None = None
+
+    @property
+    def sees_host_pids(self) -> bool:
+        """False when this ``/proc`` belongs to a child PID namespace (a container without ``--pid=host``).
+
+        NVML reports host PIDs; in a child namespace the same numbers name other processes (or none), so
+        nothing is looked up there. Decided once from ``NSpid`` in ``proc_root/self/status`` (one PID: the
+        initial namespace); without that line (old kernels, test roots) the PIDs are taken as host PIDs.
+        """
+        if self._host_pids is None:
+            status = _read_file(self._proc_root / "self" / "status") or b""
+            for line in status.splitlines():
+                if line.startswith(b"NSpid:"):
+                    self._host_pids = len(line.split()) <= 2
+                    break
+            else:
+                self._host_pids = True
+        return self._host_pids
 
     def lookup(self, pids: Iterable[int]) -> dict[int, HostProcess]:
         """HostProcess for each PID the host can see; the cache keeps only the PIDs asked about this time."""
+        if not self.sees_host_pids:
+            return {}
         now = self._clock()
         found: dict[int, HostProcess] = {}
         known: dict[int, _Known] = {}

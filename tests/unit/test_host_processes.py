@@ -291,3 +291,26 @@ def test_damaged_or_partial_proc_entries(proc: Path) -> None:
 def test_no_boot_time_means_no_start_time(tmp_path: Path) -> None:
     _fake_process(tmp_path, 51, start_ticks=5)
     assert HostProcessTable(tmp_path).lookup([51])[51].started_s is None
+
+
+def test_in_a_child_pid_namespace_no_pid_is_looked_up(tmp_path: Path) -> None:
+    """NVML's host PIDs mean other processes in a container's own PID namespace: none is taken as visible."""
+    own = tmp_path / "self"
+    own.mkdir()
+    (own / "status").write_text("Name:\tnvdash\nNSpid:\t81234\t7\n")
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "stat").write_text("7 (python) S 1 7 7 0 -1 0 0 0 0 0 5 3 0 0 20 0 1 0 100 0 10 0\n")
+    table = HostProcessTable(tmp_path)
+    assert not table.sees_host_pids
+    assert table.lookup([7]) == {}
+
+
+def test_the_initial_pid_namespace_sees_host_pids() -> None:
+    assert HostProcessTable().sees_host_pids is (len(_nspid_fields()) <= 1)
+
+
+def _nspid_fields() -> list[str]:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("NSpid:"):
+            return line.split()[1:]
+    return []
