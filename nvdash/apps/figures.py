@@ -17,8 +17,11 @@ from bokeh.models import (
     DataRange1d,
     FactorRange,
     HoverTool,
+    InlineStyleSheet,
     Range,
     Range1d,
+    Styles,
+    StyleSheet,
     Ticker,
 )
 from bokeh.models.annotations import LabelSet, Legend, LegendItem
@@ -290,3 +293,15 @@ def add_page(doc: Document, title: str, *children: UIElement, dark: bool) -> Non
     styles = {"background-color": DARK_BACKGROUND} if dark else {}
     doc.add_root(column(*children, sizing_mode="stretch_both", styles=styles))
 
+
+DARK_TABLE_CSS = """
+.slick-header-column, .slick-header-columns, .slick-row, .slick-cell, .slick-viewport, .bk-data-table {
+  background-color: #15191c; color: #e0e0e0; border-color: #3a3f44;
+}
+.slick-row.odd, .slick-row.odd .slick-cell { background-color: #1f2428; }
+"""
+
+
+def table_stylesheets(dark: bool) -> list[StyleSheet | str | dict[str, dict[str, str | None] | Styles]]:
+    """Stylesheets that make a DataTable readable on the dark theme (none on the light one)."""
+    return [InlineStyleSheet(css=DARK_TABLE_CSS)] if dark else []

@@ -23,7 +23,6 @@ from bokeh.models import (
     CustomJSHover,
     FixedTicker,
     HoverTool,
-    InlineStyleSheet,
     Range1d,
     Rect,
 )
@@ -37,6 +36,7 @@ from nvdash.apps.figures import (
     Unit,
     add_page,
     gpu_label,
+    table_stylesheets,
     text_color,
     timeline_figure,
     timeline_range,
@@ -160,14 +160,6 @@ def event_columns(events: Sequence[GpuEvent], limit: int = EVENT_ROWS, *, info: 
     return data
 
 
-_DARK_TABLE_CSS = """
-.slick-header-column, .slick-header-columns, .slick-row, .slick-cell, .slick-viewport, .bk-data-table {
-  background-color: #15191c; color: #e0e0e0; border-color: #3a3f44;
-}
-.slick-row.odd, .slick-row.odd .slick-cell { background-color: #1f2428; }
-"""
-
-
 def _event_table(source: ColumnDataSource, dark: bool) -> DataTable:
     time_format = HTMLTemplateFormatter(template="<%= new Date(value).toLocaleString() %>")
     severity_format = HTMLTemplateFormatter(
@@ -186,7 +178,7 @@ def _event_table(source: ColumnDataSource, dark: bool) -> DataTable:
         sortable=True,
         sizing_mode="stretch_both",
         min_height=160,
-        stylesheets=[InlineStyleSheet(css=_DARK_TABLE_CSS)] if dark else [],
+        stylesheets=table_stylesheets(dark),
     )
 
 

@@ -29,7 +29,7 @@ from nvdash.apps.figures import (
 )
 from nvdash.apps.live import follow, latest
 from nvdash.apps.process_bars import bar_categories, refresh, refresh_factors
-from nvdash.apps.process_usage import instance_text, mig_rows
+from nvdash.apps.process_usage import GPU_BAR_HEIGHT, MIG_BAR_HEIGHT, instance_text, mig_rows
 from nvdash.apps.rows import gpu_memory_total, gpu_reading
 from nvdash.apps.theme import apply_theme
 from nvdash.sampling.records import GpuInfo, Snapshot
@@ -39,7 +39,7 @@ TITLE = "GPU Memory"
 
 RESERVED_COLOR = "#8c564b"
 
-_COLUMNS = ("gpu", "description", "used_bytes", "total_bytes", "used_pct", "bar", "label", "used", "total",
+_COLUMNS = ("gpu", "height", "description", "used_bytes", "total_bytes", "used_pct", "bar", "label", "used", "total",
             "reserved_bytes", "reserved_pct", "reserved_left", "reserved")
 
 
@@ -49,10 +49,11 @@ def _label(used: int | None, reserved: int | None, own_total: int | None, pct: f
 
 
 def _add_row(data: dict[str, list[Any]], label: str, description: str, *, used: int | None,
-             reserved: int | None, own_total: int | None, lost: bool) -> None:
+             reserved: int | None, own_total: int | None, lost: bool, height: float = GPU_BAR_HEIGHT) -> None:
     pct = 100.0 * used / own_total if used is not None and own_total else math.nan
     reserved_pct = 100.0 * reserved / own_total if reserved is not None and own_total else math.nan
     data["gpu"].append(label)
+    data["height"].append(height)
     data["description"].append(description)
     data["used_bytes"].append(math.nan if used is None else float(used))
     data["total_bytes"].append(math.nan if own_total is None else float(own_total))
@@ -86,7 +87,7 @@ def columns(gpus: Sequence[GpuInfo], snapshot: Snapshot | None) -> dict[str, lis
         for label, instance in mig_rows(usage, gpu.index):
             description = f"{gpu_description(gpu)} / MIG {instance_text(instance)} ({instance.uuid})"
             _add_row(data, label, description, used=instance.memory_used_bytes, reserved=None,
-                     own_total=instance.memory_total_bytes, lost=lost)
+                     own_total=instance.memory_total_bytes, lost=lost, height=MIG_BAR_HEIGHT)
     return data
 
 
@@ -111,12 +112,12 @@ def build(doc: Document, ctx: AppContext) -> None:
         refresh(source, data)
 
     follow(doc, ctx, seq, show)
-    fig.hbar(y="gpu", left=0, right=100, height=0.8, source=source, color=LOST_COLOR,
+    fig.hbar(y="gpu", left=0, right=100, height="height", source=source, color=LOST_COLOR,
              alpha=BACKGROUND_ALPHA)
-    reserved = fig.hbar(y="gpu", left="reserved_left", right=100, height=0.8, source=source, line_color=None,
+    reserved = fig.hbar(y="gpu", left="reserved_left", right=100, height="height", source=source, line_color=None,
                         fill_color=RESERVED_COLOR, fill_alpha=0.5, hatch_pattern="/", hatch_color=RESERVED_COLOR,
                         hatch_alpha=0.9)
-    bars = fig.hbar(y="gpu", left=0, right="bar", height=0.8, source=source, line_color=None,
+    bars = fig.hbar(y="gpu", left=0, right="bar", height="height", source=source, line_color=None,
                     fill_color=linear_cmap("used_pct", LEVEL_PALETTE, 0, 100, nan_color=LOST_COLOR))
     fig.add_layout(bar_labels(source, 100.0, "gpu", "label", dark=dark, vertical=False))
     add_bar_hover(fig, [bars, reserved], [("GPU", "@description"), ("used", "@used"), ("total", "@total"),

@@ -1,0 +1,227 @@
+"""GPU Processes: who uses the GPUs. A sortable, filterable table of the processes on each GPU (with their user,
+container, pod and MIG instance), a bar per GPU showing which processes fill its memory, and the pods that hold
+a GPU without running anything on it.
+
+Everything comes from the newest snapshot's ``usage`` (refreshed by the sampler every few seconds); the table is
+rebuilt only when a new usage reading arrives or a filter changes, and filtering happens here, in Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bokeh.document import Document
+from bokeh.layouts import row
+from bokeh.models import ColumnDataSource, InlineStyleSheet
+from bokeh.models.widgets import DataTable, Div, HTMLTemplateFormatter, Select, TableColumn, TextInput
+from bokeh.plotting import figure
+
+from nvdash.apps.context import AppContext
+from nvdash.apps.figures import (
+    Unit,
+    add_bar_hover,
+    add_page,
+    bar_figure,
+    bar_labels,
+    table_stylesheets,
+    text_color,
+)
+from nvdash.apps.live import follow, latest, pause_toggle
+from nvdash.apps.process_bars import bar_categories, refresh, refresh_factors
+from nvdash.apps.process_memory import memory_columns
+from nvdash.apps.process_notes import IDLE_COLUMNS, idle_columns, idle_note, status_html
+from nvdash.apps.process_table import ALL, KEEP_ALL, ProcessFilter, choices, filter_values, table_columns
+from nvdash.apps.theme import apply_theme
+from nvdash.sampling.records import GpuInfo, Snapshot
+from nvdash.sampling.usage_records import Usage
+
+TITLE = "GPU Processes"
+BAR_ROW_PX = 30
+OPTIONAL_COLUMNS = ("mig", "container", "pod", "namespace")
+"""Table columns shown only while some process has a value in them (MIG, containers, pods)."""
+
+_MUTED = "opacity: 0.7;"
+_RIGHT = '<div style="text-align:right"><%- {} %></div>'
+
+
+def columns(usage: Usage | None, keep: ProcessFilter = KEEP_ALL) -> dict[str, list[Any]]:
+    """The process table's source for a usage reading, filtered by ``keep`` (see ``process_table``)."""
+    return table_columns(usage, keep)
+
+
+def _table_columns() -> list[TableColumn]:
+    def right(field: str, text: str, title: str, width: int) -> TableColumn:
+        return TableColumn(field=field, title=title, width=width,
+                           formatter=HTMLTemplateFormatter(template=_RIGHT.format(text)))
+
+    def titled(field: str, title: str, width: int, full: str) -> TableColumn:
+        return TableColumn(field=field, title=title, width=width, formatter=HTMLTemplateFormatter(
+            template=f'<span title="<%- {full} %>"><%- value %></span>'))
+
+    return [
+        TableColumn(field="gpu", title="GPU", width=40),
+        TableColumn(field="mig", title="MIG instance", width=135),
+        TableColumn(field="pid", title="PID", width=70),
+        TableColumn(field="user", title="user", width=135),
+        titled("container", "container", 185, "container_full"),
+        TableColumn(field="pod", title="pod", width=140),
+        TableColumn(field="namespace", title="namespace", width=100),
+        TableColumn(field="type", title="type", width=120),
+        right("memory_bytes", "memory", "GPU memory", 95),
+        right("sm_pct", "sm", "SM %", 95),
+        right("cpu_pct", "cpu", "host CPU %", 85),
+        right("rss_bytes", "rss", "RSS", 75),
+        right("runtime_s", "runtime", "runtime", 70),
+        titled("command", "command", 640, "command_full"),
+    ]
+
+
+def _table(source: ColumnDataSource, table_columns: list[TableColumn], dark: bool, **size: Any) -> DataTable:
+    """A sortable table; columns keep their widths (a narrow pane scrolls sideways rather than cutting text)."""
+    return DataTable(source=source, columns=table_columns, index_position=None, sortable=True, autosize_mode="none",
+                     stylesheets=table_stylesheets(dark), **size)
+
+
+def _memory_figure(rows: list[str], segments: ColumnDataSource, labels: ColumnDataSource, dark: bool) -> figure:
+    fig = bar_figure("Who fills each GPU's memory (by process, largest first)", rows,
+                     value_label="memory (% of own total)", unit=Unit.PCT, maximum=100.0, vertical=False,
+                     headroom=1.0)
+    fig.sizing_mode = "stretch_width"
+    fig.height = _figure_height(rows)
+    bars = fig.hbar(y="row", left="left", right="right", height="height", source=segments, line_color=None,
+                    fill_color="color", fill_alpha="alpha", hatch_pattern="hatch", hatch_color="color",
+                    hatch_alpha=0.9)
+    fig.text(x="left", y="row", text="inside", source=segments, x_offset=4, text_baseline="middle",
+             text_font_size="0.8em", text_color="#ffffff")
+    fig.add_layout(bar_labels(labels, 100.0, "row", "label", dark=dark, vertical=False))
+    add_bar_hover(fig, [bars], [("row", "@row"), ("part", "@part"), ("PID", "@pid"), ("user", "@user"),
+                                ("command", "@command"), ("memory", "@memory")])
+    return fig
+
+
+def _figure_height(rows: Sequence[str]) -> int:
+    return 90 + BAR_ROW_PX * max(1, len(rows))
+
+
+def _options(values: Sequence[str]) -> list[str | tuple[Any, str]]:
+    return list(values)
+
+
+def _chosen(value: str) -> str | None:
+    return None if value == ALL else value
+
+
+def _labelled(dark: bool) -> list[Any]:
+    """A widget title readable on the page's theme."""
+    return [InlineStyleSheet(css=f"label {{ color: {text_color(dark)}; }}")]
+
+
+def _select(title: str, width: int, dark: bool, options: list[str | tuple[Any, str]] | None = None) -> Select:
+    return Select(title=title, value=ALL, options=options or [ALL], width=width, name=f"filter-{title.lower()}",
+                  stylesheets=_labelled(dark))
+
+
+class ProcessesView:
+    """The page's widgets and what they last showed; ``on_rows`` follows the store, the filters re-run the table."""
+
+    def __init__(self, gpus: Sequence[GpuInfo], dark: bool) -> None:
+        self.gpus = tuple(gpus)
+        self.usage: Usage | None = None
+        style: dict[str, str | None] = {"color": text_color(dark)}
+        self.status = Div(text=status_html(None), sizing_mode="stretch_width", styles=style, name="status")
+        self.gpu = _select("GPU", 110, dark, [(ALL, ALL), *((str(gpu.index), f"GPU {gpu.index}") for gpu in gpus)])
+        self.user, self.namespace, self.pod = (_select(title, width, dark)
+                                               for title, width in (("user", 150), ("namespace", 150), ("pod", 200)))
+        self.text = TextInput(title="command contains", placeholder="e.g. train.py", width=220,
+                              name="filter-command", stylesheets=_labelled(dark))
+        for select in (self.gpu, self.user, self.namespace, self.pod):
+            select.on_change("value", self._filtered)
+        self.text.on_change("value_input", self._filtered)
+        self.count = Div(text="", styles={**style, "margin-top": "1.9em"}, name="count")
+        self.controls = row(self.gpu, self.user, self.namespace, self.pod, self.text, self.count,
+                            sizing_mode="stretch_width", name="filters")
+        self.table_source = ColumnDataSource(data=columns(None), name="processes")
+        self.table = _table(self.table_source, _table_columns(), dark, sizing_mode="stretch_both",
+                            min_height=180, name="process-table")
+        self.optional = {column.field: column for column in self.table.columns if column.field in OPTIONAL_COLUMNS}
+        segments, labels = memory_columns(gpus, None)
+        self.segments = ColumnDataSource(data=segments, name="memory-segments")
+        self.labels = ColumnDataSource(data=labels, name="memory-labels")
+        self.memory = _memory_figure(labels["row"], self.segments, self.labels, dark)
+        self.idle_title = Div(text="<b>Allocated, idle</b> "
+                              f'<span style="{_MUTED}">GPUs given to a pod that runs nothing on them</span>',
+                              sizing_mode="stretch_width", styles=style)
+        self.idle_source = ColumnDataSource(data=idle_columns(None), name="idle")
+        self.idle = _table(self.idle_source, [TableColumn(field=name, title=title, width=width)
+                                              for name, (title, width) in IDLE_COLUMNS.items()],
+                           dark, sizing_mode="stretch_width", height=120, name="idle-table")
+        self.idle_note = Div(text="", sizing_mode="stretch_width", styles={**style, "opacity": "0.7"},
+                             name="idle-note")
+        self._show_usage(None)
+
+    def filter(self) -> ProcessFilter:
+        """What the filter widgets say now."""
+        gpu = _chosen(self.gpu.value)
+        return ProcessFilter(gpu=None if gpu is None else int(gpu), user=_chosen(self.user.value),
+                             namespace=_chosen(self.namespace.value), pod=_chosen(self.pod.value),
+                             text=self.text.value_input or "")
+
+    def on_rows(self, rows: Sequence[Snapshot]) -> None:
+        """Show the newest of the rows that arrived."""
+        self.show(rows[-1])
+
+    def show(self, snapshot: Snapshot | None) -> None:
+        """Redraw the memory bars from ``snapshot``; the rest only when its usage reading is new."""
+        segments, labels = memory_columns(self.gpus, snapshot)
+        refresh_factors(bar_categories(self.memory), labels["row"])
+        refresh(self.segments, segments)
+        refresh(self.labels, labels)
+        _set(self.memory, "height", _figure_height(labels["row"]))
+        usage = None if snapshot is None else snapshot.usage
+        if usage is not self.usage:
+            self.usage = usage
+            self._show_usage(usage)
+
+    def _show_usage(self, usage: Usage | None) -> None:
+        _set(self.status, "text", status_html(usage))
+        for part in (self.controls, self.table, self.idle_title):
+            _set(part, "visible", usage is not None)
+        for select, values in ((self.user, "user"), (self.namespace, "namespace"), (self.pod, "pod")):
+            _set(select, "options", _options(choices(filter_values(usage)[values], select.value)))
+        everything = columns(usage)
+        for field, column in self.optional.items():
+            _set(column, "visible", any(everything[field]))
+        idle = idle_columns(usage)
+        refresh(self.idle_source, idle)
+        _set(self.idle, "visible", bool(idle["pod"]))
+        _set(self.idle_note, "text", idle_note(usage, bool(idle["pod"])))
+        self.show_table()
+
+    def show_table(self) -> None:
+        """Rebuild the table from the last usage reading with the current filters."""
+        data = columns(self.usage, self.filter())
+        refresh(self.table_source, data)
+        total = 0 if self.usage is None else len(self.usage.processes)
+        _set(self.count, "text", "" if self.usage is None else f"showing {len(data['pid'])} of {total}")
+
+    def _filtered(self, _attr: str, _old: Any, _new: Any) -> None:
+        self.show_table()
+
+
+def _set(model: Any, name: str, value: Any) -> None:
+    """Set a property only when it changes (an unchanged value would still be sent to the browser)."""
+    if getattr(model, name) != value:
+        setattr(model, name, value)
+
+
+def build(doc: Document, ctx: AppContext) -> None:
+    """The status, the filters and the table, the memory bars, the idle allocations; one periodic callback."""
+    dark = apply_theme(doc)
+    view = ProcessesView(ctx.store.inventory.gpus, dark)
+    snapshot, seq = latest(ctx.store)
+    view.show(snapshot)
+    pause = pause_toggle()
+    follow(doc, ctx, seq, view.on_rows, pause)
+    add_page(doc, TITLE, row(view.status, pause, sizing_mode="stretch_width"), view.controls, view.table, view.memory,
+             view.idle_title, view.idle, view.idle_note, dark=dark)
