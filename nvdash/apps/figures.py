@@ -17,14 +17,12 @@ from bokeh.models import (
     DataRange1d,
     FactorRange,
     HoverTool,
-    InlineStyleSheet,
     Range,
     Range1d,
-    Styles,
-    StyleSheet,
     Ticker,
 )
 from bokeh.models.annotations import LabelSet, Legend, LegendItem
+from bokeh.models.css import InlineStyleSheet, Styles, StyleSheet
 from bokeh.models.renderers import DataRenderer, GlyphRenderer
 from bokeh.models.ui import UIElement
 from bokeh.palettes import Category10_10, Viridis256
