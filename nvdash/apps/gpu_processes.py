@@ -13,7 +13,7 @@ from typing import Any
 
 from bokeh.document import Document
 from bokeh.layouts import row
-from bokeh.models import ColumnDataSource, InlineStyleSheet
+from bokeh.models import ColumnDataSource, CustomJS, InlineStyleSheet
 from bokeh.models.widgets import DataTable, Div, HTMLTemplateFormatter, Select, TableColumn, TextInput
 from bokeh.plotting import figure
 
@@ -78,9 +78,15 @@ def _table_columns() -> list[TableColumn]:
 
 
 def _table(source: ColumnDataSource, table_columns: list[TableColumn], dark: bool, **size: Any) -> DataTable:
-    """A sortable table; columns keep their widths (a narrow pane scrolls sideways rather than cutting text)."""
-    return DataTable(source=source, columns=table_columns, index_position=None, sortable=True, autosize_mode="none",
-                     stylesheets=table_stylesheets(dark), **size)
+    """A sortable table; columns keep their widths (a narrow pane scrolls sideways rather than cutting text).
+
+    BokehJS (3.9) redraws a DataTable only when its rows change in number (the view's indices); new values in
+    as many rows stay unseen. So each new ``data`` also asks the table's view to redraw, keeping the sort.
+    """
+    table = DataTable(source=source, columns=table_columns, index_position=None, sortable=True, autosize_mode="none",
+                      stylesheets=table_stylesheets(dark), **size)
+    source.js_on_change("data", CustomJS(args={"table": table}, code=REDRAW_TABLE_JS))
+    return table
 
 
 def _memory_figure(rows: list[str], segments: ColumnDataSource, labels: ColumnDataSource, dark: bool) -> figure:
@@ -142,8 +148,8 @@ class ProcessesView:
         self.controls = row(self.gpu, self.user, self.namespace, self.pod, self.text, self.count,
                             sizing_mode="stretch_width", name="filters")
         self.table_source = ColumnDataSource(data=columns(None), name="processes")
-        self.table = _table(self.table_source, _table_columns(), dark, sizing_mode="stretch_both",
-                            min_height=180, name="process-table")
+        self.table = _table(self.table_source, _table_columns(), dark, sizing_mode="stretch_width",
+                            height=table_height(0), name="process-table")
         self.optional = {column.field: column for column in self.table.columns if column.field in OPTIONAL_COLUMNS}
         segments, labels = memory_columns(gpus, None)
         self.segments = ColumnDataSource(data=segments, name="memory-segments")
@@ -193,20 +199,38 @@ class ProcessesView:
         for field, column in self.optional.items():
             _set(column, "visible", any(everything[field]))
         idle = idle_columns(usage)
-        refresh(self.idle_source, idle)
+        self.idle_source.data = idle  # DataTables redraw on new data, not on patches (BokehJS 3.9)
         _set(self.idle, "visible", bool(idle["pod"]))
+        _set(self.idle, "height", table_height(len(idle["pod"])))
         _set(self.idle_note, "text", idle_note(usage, bool(idle["pod"])))
         self.show_table()
 
     def show_table(self) -> None:
         """Rebuild the table from the last usage reading with the current filters."""
         data = columns(self.usage, self.filter())
-        refresh(self.table_source, data)
+        self.table_source.data = data
+        _set(self.table, "height", table_height(len(data["pid"])))
         total = 0 if self.usage is None else len(self.usage.processes)
         _set(self.count, "text", "" if self.usage is None else f"showing {len(data['pid'])} of {total}")
 
     def _filtered(self, _attr: str, _old: Any, _new: Any) -> None:
         self.show_table()
+
+
+REDRAW_TABLE_JS = """
+const view = Bokeh.index.find_one(table);
+if (view != null) {
+  view.updateGrid();
+}
+"""
+TABLE_ROW_PX = 25
+TABLE_MAX_ROWS = 16
+
+
+def table_height(rows: int) -> int:
+    """Pixels for a table of ``rows`` rows (header included): no empty band under a short table, and a long
+    one scrolls inside 16 rows."""
+    return TABLE_ROW_PX * (1 + max(2, min(rows, TABLE_MAX_ROWS))) + 8
 
 
 def _set(model: Any, name: str, value: Any) -> None:
