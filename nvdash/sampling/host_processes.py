@@ -87,8 +87,12 @@ class HostProcessTable:
                 self._host_pids = True
         return self._host_pids
 
-    def lookup(self, pids: Iterable[int]) -> dict[int, HostProcess]:
-        """HostProcess for each PID the host can see; the cache keeps only the PIDs asked about this time."""
+    def lookup(self, pids: Iterable[int], *, prune: bool = True) -> dict[int, HostProcess]:
+        """HostProcess for each PID the host can see.
+
+        With ``prune`` (the default) the cache keeps only the PIDs asked about this time; without it, this call
+        only adds to the cache (for a second lookup of the same round, e.g. of PIDs first seen in it).
+        """
         if not self.sees_host_pids:
             return {}
         now = self._clock()
@@ -119,7 +123,10 @@ class HostProcessTable:
                 started_s=entry.started_s,
                 cgroup=entry.cgroup,
             )
-        self._known = known
+        if prune:
+            self._known = known
+        else:
+            self._known.update(known)
         return found
 
     def _cpu_pct(self, entry: _Known, cpu_ticks: int, now: float) -> float | None:

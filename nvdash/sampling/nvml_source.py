@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
 from types import ModuleType
@@ -204,10 +205,12 @@ class NvmlSource:
                 log.exception("reading GPU %d failed; its reading is skipped this sweep", device.index)
             return GpuSample(device.index, error=f"{type(error).__name__}: {error}")
 
-    def read_usage(self, timeout_s: float) -> tuple[DeviceUsage, ...]:
+    def read_usage(self, timeout_s: float, meanwhile: Callable[[], object] | None = None) -> tuple[DeviceUsage, ...]:
         """Each GPU's processes and MIG instances, read in parallel like :meth:`read`, waiting at most ``timeout_s``.
 
-        A GPU that is lost, or whose read has not finished in time, is reported with ``processes_readable=False``.
+        ``meanwhile`` runs on the calling thread while the reads are in flight (NVML calls release the GIL, so
+        host lookups overlap them). A GPU that is lost, or whose read has not finished in time, is reported with
+        ``processes_readable=False``.
         """
         pool = self._pool
         if pool is None:
@@ -218,7 +221,10 @@ class NvmlSource:
                 future = pool.submit(self._read_usage, device)
                 device.usage_pending = future
                 fresh.append(future)
-        wait(fresh, timeout=max(0.0, timeout_s))
+        started = time.monotonic()
+        if meanwhile is not None:
+            meanwhile()
+        wait(fresh, timeout=max(0.0, timeout_s - (time.monotonic() - started)))
         usages: list[DeviceUsage] = []
         for device in self._devices:
             pending: Future[DeviceUsage | None] | None = device.usage_pending

@@ -23,13 +23,14 @@ DEFAULT_INTERVAL_S = 2.0
 class UsageSource(Protocol):
     """Anything that reads each GPU's processes and MIG state within a time budget (the NVML source)."""
 
-    def read_usage(self, timeout_s: float) -> tuple[DeviceUsage, ...]: ...
+    def read_usage(self, timeout_s: float, meanwhile: Callable[[], object] | None = None) -> tuple[DeviceUsage, ...]:
+        ...
 
 
 class HostLookup(Protocol):
     """The host's view of PIDs (``HostProcessTable``)."""
 
-    def lookup(self, pids: Iterable[int]) -> dict[int, HostProcess]: ...
+    def lookup(self, pids: Iterable[int], *, prune: bool = True) -> dict[int, HostProcess]: ...
 
 
 class PodSource(Protocol):
@@ -52,13 +53,27 @@ class UsageCollector:
         self._host = host
         self._pods = pods
         self._pod_names = pod_names
+        self._previous_pids: list[int] = []
 
     def collect(self, time_s: float, timeout_s: float) -> Usage:
-        """Everything known now; ``timeout_s`` bounds the wait for NVML."""
-        devices = self._gpus.read_usage(timeout_s) if self._gpus is not None else ()
+        """Everything known now; ``timeout_s`` bounds the wait for NVML.
+
+        The host lookup of the PIDs seen last time runs while NVML answers; PIDs new in this round are looked up
+        after it.
+        """
+        hosts: dict[int, HostProcess] = {}
+
+        def look_up_known() -> None:
+            hosts.update(self._host.lookup(self._previous_pids))
+
+        devices = self._gpus.read_usage(timeout_s, look_up_known) if self._gpus is not None else ()
         pods = self._pods.latest() if self._pods is not None else PodResources()
-        pids = {process.pid for device in devices for process in device.processes}
-        hosts = self._host.lookup(sorted(pids))
+        pids = sorted({process.pid for device in devices for process in device.processes})
+        known = set(self._previous_pids)
+        new = [pid for pid in pids if pid not in known]
+        if new:
+            hosts.update(self._host.lookup(new, prune=False))
+        self._previous_pids = pids
         needs_names = self._pod_names is not None and any(h.cgroup.pod_uid for h in hosts.values())
         names = self._pod_names() if self._pod_names is not None and needs_names else {}
         allocated: dict[str, list[PodDevice]] = {}

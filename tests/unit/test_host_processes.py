@@ -260,6 +260,19 @@ def test_cache_keeps_only_the_pids_asked_about(proc: Path) -> None:
     assert table.lookup([21])[21].cpu_pct is None  # forgotten when it was not asked about
 
 
+def test_a_lookup_without_pruning_only_adds_to_the_cache(proc: Path) -> None:
+    _fake_process(proc, 21, start_ticks=5)
+    _fake_process(proc, 22, start_ticks=5)
+    clock = FakeClock()
+    table = HostProcessTable(proc, clock)
+    table.lookup([21])
+    table.lookup([22], prune=False)
+    clock.now += 1.0
+    both = table.lookup([21, 22])
+    assert both[21].cpu_pct == 0.0
+    assert both[22].cpu_pct == 0.0
+
+
 def test_cgroup_identity_through_a_fake_proc(proc: Path) -> None:
     _fake_process(proc, 31, start_ticks=5, cgroup=(FIXTURES / "containerd-service-k8s-v1.txt").read_text())
     _fake_process(proc, 32, start_ticks=5, cgroup=(FIXTURES / "slurm-v2.txt").read_text())
