@@ -11,7 +11,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
@@ -60,6 +60,18 @@ class NvdashServer:
 
     def health(self, reset: bool = False) -> Any:
         return get_json(self.url + "/health" + ("?reset=1" if reset else ""))
+
+
+def wait_for(read: Callable[[], Any], check: Callable[[Any], bool], timeout_s: float = 30.0) -> Any:
+    """``read()`` again every 0.2 s until ``check`` accepts it; fails with the last value after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = read()
+        if check(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s; last value: {str(value)[:2000]}")
+        time.sleep(0.2)
 
 
 def nvdash_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

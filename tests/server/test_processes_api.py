@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from nvdash.sampling.fake.mig import mig_uuid
 from nvdash.sampling.fake.profiles import gpu_uuid
 from nvdash.sampling.fake.usage_specs import GHOST_PID_BASE
-from tests.conftest import get_json, nvdash_server
+from tests.conftest import get_json, nvdash_server, wait_for
 from tests.unit.kubelet_server import Container, Lister, Pod, serve_pods
 
 MiB = 1024 * 1024
-
-
-def _wait_for(read: Callable[[], Any], check: Callable[[Any], bool], timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = read()
-        if check(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s; last value: {str(value)[:2000]}")
-        time.sleep(0.2)
 
 
 def test_processes_and_mig_instances_are_served(tmp_path: Path) -> None:
@@ -34,7 +20,8 @@ def test_processes_and_mig_instances_are_served(tmp_path: Path) -> None:
     args = ["--simulate", "a100-mig", "--interval", "0.25", "--process-interval", "0.5",
             "--kubelet-socket", str(absent)]
     with nvdash_server(args) as server:
-        doc = _wait_for(lambda: get_json(server.url + "/api/processes.json"), lambda d: not d["collecting"])
+        doc = wait_for(lambda: get_json(server.url + "/api/processes.json"), lambda d: not d["collecting"],
+                       timeout_s=60.0)
         assert doc["kubernetes"] == {
             "available": False,
             "status": f"No kubelet pod-resources socket at {absent}: not a Kubernetes node, "
@@ -84,8 +71,8 @@ def test_pods_from_the_kubelet_name_processes_and_idle_allocations(
     ])
     args = ["--simulate", "a100-mig", "--interval", "0.25", "--process-interval", "0.5", "--kubelet-socket", str(sock)]
     with serve_pods(sock, tmp_path_factory.mktemp("kubelet_api"), lister), nvdash_server(args) as server:
-        doc = _wait_for(lambda: get_json(server.url + "/api/processes.json"),
-                        lambda d: not d["collecting"] and d["kubernetes"]["available"])
+        doc = wait_for(lambda: get_json(server.url + "/api/processes.json"),
+                        lambda d: not d["collecting"] and d["kubernetes"]["available"], timeout_s=60.0)
         assert doc["kubernetes"]["status"] == "kubelet pod-resources: 3 pods hold 3 GPU devices"
         pods = {p["pid"]: p["pod"] for p in doc["processes"]}
         assert pods[GHOST_PID_BASE + 200] == {"uid": None, "namespace": "research", "name": "llm-finetune",

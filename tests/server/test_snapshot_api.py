@@ -5,30 +5,17 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from tests.conftest import free_port, get_json, http_get, nvdash_env, nvdash_server
-
-
-def _wait_for(read: Callable[[], Any], check: Callable[[Any], bool], timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = read()
-        if check(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s; last value: {str(value)[:2000]}")
-        time.sleep(0.2)
+from tests.conftest import free_port, get_json, http_get, nvdash_env, nvdash_server, wait_for
 
 
 def test_snapshot_has_every_gpu_with_units_in_names() -> None:
     with nvdash_server(["--simulate", "dgx-h100", "--interval", "0.25"]) as server:
         url = server.url + "/api/snapshot.json"
-        doc = _wait_for(lambda: get_json(url), lambda d: d["gpus"][0].get("power_w") is not None
+        doc = wait_for(lambda: get_json(url), lambda d: d["gpus"][0].get("power_w") is not None
                         and d["gpus"][0].get("pcie_rx_bytes_per_s") is not None)
         assert doc["hostname"]
         assert doc["simulated"] == "dgx-h100"
@@ -53,7 +40,7 @@ def test_snapshot_has_every_gpu_with_units_in_names() -> None:
 def test_unsupported_readings_are_null_not_zero() -> None:
     with nvdash_server(["--simulate", "t4", "--interval", "0.25"]) as server:
         url = server.url + "/api/snapshot.json"
-        doc = _wait_for(lambda: get_json(url), lambda d: d["gpus"][0].get("utilization_pct") is not None)
+        doc = wait_for(lambda: get_json(url), lambda d: d["gpus"][0].get("utilization_pct") is not None)
         (gpu,) = doc["gpus"]
         assert gpu["power_w"] is None, "the T4 profile reports no power"
         assert gpu["nvlink_tx_bytes_per_s"] is None
@@ -66,7 +53,7 @@ def test_an_xid_reaches_the_snapshot_and_health() -> None:
     env = {"NVDASH_FAKE_FAULTS": "xid:79:5@2;lose:5@2"}
     with nvdash_server(["--simulate", "dgx-h100", "--interval", "0.25"], env=env) as server:
         url = server.url + "/api/snapshot.json"
-        doc = _wait_for(lambda: get_json(url), lambda d: any(e["code"] == 79 for e in d["events"])
+        doc = wait_for(lambda: get_json(url), lambda d: any(e["code"] == 79 for e in d["events"])
                         and d["gpus"][5]["lost"])
         event = next(e for e in doc["events"] if e["code"] == 79)
         assert (event["kind"], event["gpu"]) == ("xid", 5)
@@ -93,11 +80,11 @@ def test_a_hung_nvml_call_neither_stalls_the_sweeps_nor_the_shutdown() -> None:
             except (OSError, AssertionError):
                 return None
 
-        first = _wait_for(health, lambda h: h is not None and h["sampler"]["sweeps"] > 12)
+        first = wait_for(health, lambda h: h is not None and h["sampler"]["sweeps"] > 12)
         doc = get_json(url + "/api/snapshot.json")
         assert doc["gpus"][2]["utilization_pct"] is None, "GPU 2's read hangs"
         assert doc["gpus"][3]["utilization_pct"] is not None
-        _wait_for(health, lambda h: h["sampler"]["sweeps"] > first["sampler"]["sweeps"] + 8)
+        wait_for(health, lambda h: h["sampler"]["sweeps"] > first["sampler"]["sweeps"] + 8)
         process.send_signal(signal.SIGINT)
         try:
             output, _ = process.communicate(timeout=20)
@@ -113,7 +100,7 @@ def test_a_hung_nvml_call_neither_stalls_the_sweeps_nor_the_shutdown() -> None:
 
 def test_index_shows_each_gpus_health() -> None:
     with nvdash_server(["--simulate", "a100-pcie-2", "--interval", "0.25"]) as server:
-        _wait_for(lambda: get_json(server.url + "/api/snapshot.json"),
+        wait_for(lambda: get_json(server.url + "/api/snapshot.json"),
                   lambda d: d["gpus"][0]["utilization_pct"] is not None)
         status, body, _ = http_get(server.url + "/")
         assert status == 200
