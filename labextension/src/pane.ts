@@ -18,7 +18,12 @@ export interface IPaneOptions {
   readonly dark: boolean;
 }
 
-/** One open dashboard. Its id derives from its route, so a route is open at most once. */
+/**
+ * One open dashboard. Its id derives from its route, so a route is open at most once.
+ *
+ * A pane loads its page only while it is shown: a pane restored, re-themed or reconnected while hidden behind
+ * another tab loads when it is next shown, so a layout with many panes does not open every session at once.
+ */
 export class DashboardPane extends Panel {
   constructor(options: IPaneOptions) {
     super();
@@ -88,6 +93,16 @@ export class DashboardPane extends Panel {
     super.dispose();
   }
 
+  protected override onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this._loadPending();
+  }
+
+  protected override onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._loadPending();
+  }
+
   protected override onActivateRequest(msg: Message): void {
     super.onActivateRequest(msg);
     (this._message.node.querySelector('button') ?? this.node).focus();
@@ -97,7 +112,7 @@ export class DashboardPane extends Panel {
     switch (state.kind) {
       case 'idle':
       case 'starting':
-        if (!this._frame.url) {
+        if (!this._frame.url && this._pending === null) {
           this._say('Starting the nvdash server…', null);
         }
         break;
@@ -109,6 +124,7 @@ export class DashboardPane extends Panel {
         }
         break;
       case 'down':
+        this._pending = null;
         this._frame.url = '';
         this._say(`${this.dashboard.title} is not available. ${state.message}`, 'Retry');
         break;
@@ -118,7 +134,17 @@ export class DashboardPane extends Panel {
   private _show(): void {
     this.removeClass('jp-mod-message');
     this._message.node.replaceChildren();
-    const url = dashboardUrl(this.dashboard.route, this._dark);
+    this._pending = dashboardUrl(this.dashboard.route, this._dark);
+    this._loadPending();
+  }
+
+  /** Points the iframe at the wanted page if the pane is shown now; a hidden pane waits until it is. */
+  private _loadPending(): void {
+    const url = this._pending;
+    if (url === null || !this.isVisible) {
+      return;
+    }
+    this._pending = null;
     if (this._frame.url !== url) {
       this._frame.url = url;
     }
@@ -154,4 +180,6 @@ export class DashboardPane extends Panel {
   private readonly _lease: IDisposable;
   private _dark: boolean;
   private _generation = 0;
+  /** The page to load when the pane is next shown, or null when the iframe shows what it should. */
+  private _pending: string | null = null;
 }

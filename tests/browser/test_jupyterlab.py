@@ -186,6 +186,11 @@ def test_panes_are_restored_after_a_reload(page: Page, lab: JupyterLab) -> None:
     page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
     page.evaluate("async () => { await window.jupyterapp.restored; }")
     expect(page.locator(".jp-nvdash-Pane")).to_have_count(len(ROUTES), timeout=30_000)
+    # Panes restored behind another tab open no session until they are shown.
+    hidden = page.locator(".jp-nvdash-Pane.lm-mod-hidden iframe").evaluate_all(
+        "(frames) => frames.map(f => f.getAttribute('src') || '')")
+    assert hidden
+    assert all(src == "" for src in hidden), hidden
     for route in ("/GPU-Utilization", "/Machine-Resources"):
         # Restored panes keep their tabs; bring each to the front as a user would (it is focused, not reopened).
         open_dashboard(page, ROUTES[route])
@@ -199,7 +204,11 @@ def test_panes_are_restored_after_a_reload(page: Page, lab: JupyterLab) -> None:
 
 def test_panes_follow_the_dark_theme(page: Page) -> None:
     route = "/GPU-Utilization"
+    open_dashboard(page, ROUTES[route])
     light = brightness(pane(page, route))
+    hidden_ids = page.locator(".jp-nvdash-Pane.lm-mod-hidden").evaluate_all("(panes) => panes.map(p => p.id)")
+    hidden = next(r for r in ROUTES if pane_id(r) in hidden_ids)
+    hidden_src = pane(page, hidden).locator("iframe").get_attribute("src") or ""
     page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
     try:
         expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false", timeout=20_000)
@@ -210,14 +219,18 @@ def test_panes_follow_the_dark_theme(page: Page) -> None:
         dark = brightness(pane(page, route))
         page.screenshot(path=str(artifact("jupyterlab-dark.png")))
         pane(page, route).screenshot(path=str(artifact("jupyterlab-dark-pane.png")))
-        machine = pane(page, "/Machine-Resources").locator("iframe").get_attribute("src") or ""
-        assert machine.endswith("/nvdash/Machine-Resources?theme=dark")
+        # A pane hidden behind another tab keeps its page until it is shown, then loads the dark one.
+        assert (pane(page, hidden).locator("iframe").get_attribute("src") or "") == hidden_src
+        open_dashboard(page, ROUTES[hidden])
+        expect(pane(page, hidden).locator("iframe")).to_have_attribute(
+            "src", re.compile(f"/nvdash{hidden}[?]theme=dark$"))
     finally:
         page.evaluate(
             "() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})"
         )
     assert light > 200, f"the light pane is not light: mean grey {light:.0f}"
     assert dark < 60, f"the dark pane is not dark: mean grey {dark:.0f}"
+    open_dashboard(page, ROUTES[route])
     expect(pane(page, route).locator("iframe")).to_have_attribute("src", re.compile(f"/nvdash{route}[?]theme=light$"))
 
 
