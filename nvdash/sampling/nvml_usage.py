@@ -92,8 +92,12 @@ class UsageReader:
         mode = self._caller.optional(device, "mig_mode", nvml.nvmlDeviceGetMigMode)
         mig_enabled = None if mode is None else bool(mode[0])
         mig_pending = None if mode is None else bool(mode[1])
-        instances = self._instances(device) if mig_enabled else ()
+        handles = self._mig_handles(device) if mig_enabled else []
+        instances = tuple(instance for instance, _ in handles)
         processes = self._processes(device)
+        if processes is None and handles:
+            # Without privileges NVML lists no processes for the whole GPU in MIG mode: ask each instance.
+            processes = self._instance_processes(handles)
         utilization: dict[int, ProcessUtilization] | None = None
         if not mig_enabled:
             utilization = self._utilization(device)
@@ -197,11 +201,36 @@ class UsageReader:
         except nvml.NVMLError:
             return None
 
-    def _instances(self, device: Device) -> tuple[MigInstance, ...]:
-        """The MIG devices of a GPU in MIG mode, static parts learnt once per MIG UUID."""
+    def _instance_processes(self, handles: list[tuple[MigInstance, Any]]) -> tuple[NvmlProcess, ...] | None:
+        """Each MIG device's own process lists, tagged with its instance ids; ``None`` if none answered."""
+        found: list[NvmlProcess] = []
+        answered = False
+        for instance, handle in handles:
+            kinds: dict[int, NvmlProcess] = {}
+            for kind, names in _PROCESS_FUNCTIONS:
+                fn = getattr(self._nvml, names[0], None)
+                listed = None if fn is None else self._mig_call(fn, handle)
+                if listed is None:
+                    continue
+                answered = True
+                for entry in listed:
+                    pid, memory = int(entry.pid), entry.usedGpuMemory
+                    known = kinds.get(pid)
+                    kinds[pid] = NvmlProcess(
+                        pid,
+                        (kind,) if known is None else (*known.kinds, kind),
+                        None if memory is None else int(memory),
+                        instance.gpu_instance_id,
+                        instance.compute_instance_id,
+                    )
+            found.extend(kinds.values())
+        return tuple(found) if answered else None
+
+    def _mig_handles(self, device: Device) -> list[tuple[MigInstance, Any]]:
+        """The MIG devices of a GPU in MIG mode with their handles, static parts learnt once per MIG UUID."""
         nvml = self._nvml
         count = self._caller.optional(device, "mig_count", nvml.nvmlDeviceGetMaxMigDeviceCount)
-        instances: list[MigInstance] = []
+        instances: list[tuple[MigInstance, Any]] = []
         for index in range(int(count or 0)):
             handle = self._mig_call(nvml.nvmlDeviceGetMigDeviceHandleByIndex, device.handle, index)
             if handle is None:
@@ -214,7 +243,7 @@ class UsageReader:
             if static is None:
                 continue
             memory = self._mig_call(nvml.nvmlDeviceGetMemoryInfo, handle)
-            instances.append(MigInstance(
+            instances.append((MigInstance(
                 gpu_index=device.index,
                 uuid=uuid,
                 gpu_instance_id=static.gpu_instance_id,
@@ -226,8 +255,8 @@ class UsageReader:
                 memory_used_bytes=None if memory is None else int(memory.used),
                 memory_total_bytes=static.memory_total_bytes if memory is None else int(memory.total),
                 sm_active_pct=None,
-            ))
-        return tuple(instances)
+            ), handle))
+        return instances
 
     def _learn_mig(self, device: Device, handle: Any, uuid: str) -> _MigStatic | None:
         nvml = self._nvml

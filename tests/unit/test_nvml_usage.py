@@ -224,3 +224,23 @@ def test_mig_profile_from_device_names() -> None:
     assert mig_profile("NVIDIA A100-SXM4-40GB MIG 3g.20gb") == "3g.20gb"
     assert mig_profile("NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb") == "1c.3g.40gb"
     assert mig_profile("odd") == "odd"
+
+
+def test_without_privileges_mig_processes_come_from_each_instance(
+    mig: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock
+) -> None:
+    """nvml.h: in MIG mode the whole GPU's process list needs privileges; each MIG device handle lists its own."""
+    source, fake = mig
+    fake.run_unprivileged()
+    source.open()
+    with pytest.raises(pynvml.NVMLError_NoPermission):
+        pynvml.nvmlDeviceGetComputeRunningProcesses_v3(pynvml.nvmlDeviceGetHandleByIndex(0))
+    clock.at(30.0)
+    first = _usage(source)[0]
+    assert first.gpu.processes_readable
+    ids = sorted((p.pid, p.gpu_instance_id, p.compute_instance_id, p.memory_bytes) for p in first.processes)
+    assert ids == [(GHOST_PID_BASE + 200, 1, 0, 14000 * MiB), (GHOST_PID_BASE + 201, 1, 0, 4096 * MiB),
+                   (GHOST_PID_BASE + 210, 5, 0, 8192 * MiB), (GHOST_PID_BASE + 220, 13, 0, 3000 * MiB)]
+    # Placement needs a GPU instance handle, which NVML gives to privileged users only.
+    assert [(i.profile, i.placement_start) for i in first.gpu.instances] == [
+        ("3g.20gb", None), ("2g.10gb", None), ("1g.5gb", None), ("1g.5gb", None)]

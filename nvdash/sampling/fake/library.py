@@ -161,6 +161,10 @@ class FakeNvmlLibrary:
         spec = ProcessSpec(gpu, pid, kinds, memory_mib=memory_mib, sm_share=sm_share, mig=mig)
         self._driver.usage.processes.add(spec)
 
+    def run_unprivileged(self) -> None:
+        """Answer as NVML answers a non-root caller (see ``UsageFunctions.privileged``)."""
+        self._driver.usage.privileged = False
+
     def remove_process(self, pid: int) -> bool:
         """Stop listing ``pid`` (it exited); False if it was not listed."""
         return self._driver.usage.processes.remove(pid)

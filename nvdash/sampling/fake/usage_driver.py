@@ -55,6 +55,10 @@ class UsageFunctions:
         self.mig = mig
         self._device_address = device_address
         self._created_at = created_at
+        self.privileged = True
+        """False: the caller is not root. On a GPU in MIG mode the whole-GPU process lists and the GPU instance
+        handles then answer NO_PERMISSION (nvml.h: aggregate information needs privileges; per-instance
+        information comes from the MIG device handles)."""
 
     def bodies(self) -> dict[str, Callable[..., int]]:
         """Entry point name -> body, all taking a device handle first except ``nvmlGpuInstanceGetInfo``."""
@@ -91,6 +95,8 @@ class UsageFunctions:
         """The size query (``infos`` NULL) and the filled-in list, as nvml.h documents both."""
         gpu, t = call.device, call.now - self._created_at
         mig = self.mig_of(handle)
+        if mig is None and not self.privileged and self.mig.enabled(gpu):
+            return c.NVML_ERROR_NO_PERMISSION
         listed = [s for s in self.processes.on_gpu(gpu) if kind in s.kinds and (mig is None or s.mig == mig[1])]
         size = target(count)
         if infos is None or size.value < len(listed):
@@ -192,6 +198,8 @@ class UsageFunctions:
             return c.NVML_ERROR_NOT_SUPPORTED
         if not self.mig.enabled(call.device):
             return c.NVML_ERROR_INVALID_ARGUMENT
+        if not self.privileged:
+            return c.NVML_ERROR_NO_PERMISSION
         address = self.mig.instance_address(call.device, as_int(instance_id))
         if address is None:
             return c.NVML_ERROR_NOT_FOUND
