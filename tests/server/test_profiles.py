@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from tests.conftest import get_json, http_get, nvdash_server
+from tests.conftest import get_json, http_get, nvdash_server, wait_for
 from tests.server.bokeh_viewer import open_session, receive_for, source_data
 from tests.server.test_server import STATIC_ROUTES
 
@@ -22,9 +20,7 @@ from tests.server.test_server import STATIC_ROUTES
 )
 def test_every_offered_dashboard_opens_with_data(profile: str, gpus: int, nvlink: bool, gpm: bool) -> None:
     with nvdash_server(["--simulate", profile, "--interval", "0.25"]) as server:
-        deadline = time.monotonic() + 30
-        while server.health()["store"]["rows"] < 4 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(lambda: server.health()["store"]["rows"], lambda rows: rows >= 4)
         index = get_json(server.url + "/index.json")
         assert ("/NVLink-Throughput" in index) is nvlink
         assert ("/GPU-Topology" in index) is (gpus >= 2)

@@ -99,8 +99,7 @@ def test_idle_sleeper_reads_near_zero(spawn: Callable[[list[str]], subprocess.Po
     child = spawn(["sleep", "3600"])
     table = HostProcessTable()
     assert table.lookup([child.pid])[child.pid].cpu_pct is None
-    time.sleep(1.0)  # the measurement interval
-    cpu_pct = table.lookup([child.pid])[child.pid].cpu_pct
+    cpu_pct = _wait_for(table, child.pid, lambda process: process.cpu_pct is not None).cpu_pct
     assert cpu_pct is not None
     assert 0.0 <= cpu_pct < 5.0
 
