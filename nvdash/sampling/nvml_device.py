@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from nvdash.sampling.rates import CounterRate
-from nvdash.sampling.records import GpuInfo, GpuSample
+from nvdash.sampling.records import GpuInfo
 
 T = TypeVar("T")
 
@@ -40,7 +40,8 @@ class Device:
     field_ids: list[tuple[int, int]] = field(default_factory=list)
     rates: dict[tuple[int, int], CounterRate] = field(default_factory=dict)
     lost: bool = False
-    pending: Future[GpuSample] | None = None
+    pending: dict[str, Future[Any]] = field(default_factory=dict)
+    """Calls in flight on the read pool, by job (``"read"``, ``"usage"``): a device is not asked again meanwhile."""
     slow_values: dict[str, Any] = field(default_factory=dict)
     """The readings taken at the slow cadence (ECC, remapped rows, link errors), carried between reads."""
     slow_due_s: float = 0.0
@@ -48,8 +49,6 @@ class Device:
     gpm_previous: Any = None
     """The previous GPM sample (an NVML sample handle), the start of the next metrics interval."""
     error_logged: bool = False
-    usage_pending: Future[Any] | None = None
-    """The usage read (processes, MIG) in flight, if any."""
     util_last_seen_us: int = 0
     """Timestamp of the newest per-process utilization sample read so far (NVML's ``lastSeenTimeStamp``)."""
 

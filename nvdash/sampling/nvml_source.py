@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
 from types import ModuleType
+from typing import Any, TypeVar
 
 from nvdash.sampling.daemon_pool import DaemonPool
 from nvdash.sampling.nvml_device import Device, GpuLost, NvmlCaller
@@ -29,6 +30,7 @@ from nvdash.sampling.xid_watcher import XidWatcher
 __all__ = ["PCIE_LANE_BYTES_PER_S", "NvmlSource", "NvmlUnavailable", "install_library", "load_nvml"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 SHUTDOWN_TIMEOUT_S = 2.0
 """How long closing waits for ``nvmlShutdown`` (a hung driver call must not hold up the process's exit)."""
 
@@ -170,27 +172,49 @@ class NvmlSource:
         yields an empty sample this sweep and is not asked again until that read returns. Later sweeps do not
         wait for it again.
         """
-        pool = self._pool
-        if pool is None:
-            return ()
-        fresh: list[Future[GpuSample]] = []
-        for device in self._devices:
-            if not device.lost and device.pending is None:
-                device.pending = pool.submit(self._read_device, device)
-                fresh.append(device.pending)
-        # Only this sweep's reads are waited for: a read still hanging from an earlier sweep costs nothing more.
-        wait(fresh, timeout=max(0.0, timeout_s))
         samples: list[GpuSample] = []
-        for device in self._devices:
-            future = device.pending
+        for device, sample in self._each_device("read", self._read_device, timeout_s):
             if device.lost:
                 samples.append(GpuSample(device.index, lost=True))
-            elif future is not None and future.done():
-                device.pending = None
-                samples.append(future.result())
             else:
-                samples.append(GpuSample(device.index))
+                samples.append(sample if sample is not None else GpuSample(device.index))
         return tuple(samples)
+
+    def _each_device(
+        self,
+        job: str,
+        work: Callable[[Device], T],
+        timeout_s: float,
+        meanwhile: Callable[[], object] | None = None,
+    ) -> list[tuple[Device, T | None]]:
+        """``work`` on every device in parallel; each device's result, or ``None`` if it has not finished in time.
+
+        A device still busy with this ``job`` from an earlier round (a slow or hung call) is not asked again until
+        that call returns, and only this round's calls are waited for. ``meanwhile`` runs on the calling thread
+        while the calls are in flight.
+        """
+        pool = self._pool
+        if pool is None:
+            return []
+        fresh: list[Future[Any]] = []
+        for device in self._devices:
+            if not device.lost and job not in device.pending:
+                submitted = pool.submit(work, device)
+                device.pending[job] = submitted
+                fresh.append(submitted)
+        started = time.monotonic()
+        if meanwhile is not None:
+            meanwhile()
+        wait(fresh, timeout=max(0.0, timeout_s - (time.monotonic() - started)))
+        results: list[tuple[Device, T | None]] = []
+        for device in self._devices:
+            pending = device.pending.get(job)
+            result: T | None = None
+            if pending is not None and pending.done():
+                del device.pending[job]
+                result = pending.result()
+            results.append((device, result))
+        return results
 
     def _read_device(self, device: Device) -> GpuSample:
         """The device's sample; a lost GPU or an unexpected failure costs only this device's reading."""
@@ -212,30 +236,12 @@ class NvmlSource:
         host lookups overlap them). A GPU that is lost, or whose read has not finished in time, is reported with
         ``processes_readable=False``.
         """
-        pool = self._pool
-        if pool is None:
-            return ()
-        fresh: list[Future[DeviceUsage | None]] = []
-        for device in self._devices:
-            if not device.lost and device.usage_pending is None:
-                future = pool.submit(self._read_usage, device)
-                device.usage_pending = future
-                fresh.append(future)
-        started = time.monotonic()
-        if meanwhile is not None:
-            meanwhile()
-        wait(fresh, timeout=max(0.0, timeout_s - (time.monotonic() - started)))
-        usages: list[DeviceUsage] = []
-        for device in self._devices:
-            pending: Future[DeviceUsage | None] | None = device.usage_pending
-            result = None
-            if pending is not None and pending.done():
-                device.usage_pending = None
-                result = pending.result()
-            if result is None or device.lost:
-                result = DeviceUsage(GpuUsage(device.index, device.info.uuid, processes_readable=False))
-            usages.append(result)
-        return tuple(usages)
+        return tuple(
+            usage
+            if usage is not None and not device.lost
+            else DeviceUsage(GpuUsage(device.index, device.info.uuid, processes_readable=False))
+            for device, usage in self._each_device("usage", self._read_usage, timeout_s, meanwhile)
+        )
 
     def _read_usage(self, device: Device) -> DeviceUsage | None:
         """The device's usage; ``None`` when it is lost or the read failed unexpectedly (logged once)."""
