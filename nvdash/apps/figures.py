@@ -12,6 +12,7 @@ from bokeh.layouts import column
 from bokeh.models import (
     AdaptiveTicker,
     ColumnDataSource,
+    CustomJS,
     CustomJSHover,
     CustomJSTickFormatter,
     DataRange1d,
@@ -25,6 +26,7 @@ from bokeh.models.annotations import LabelSet, Legend, LegendItem
 from bokeh.models.css import InlineStyleSheet, Styles, StyleSheet
 from bokeh.models.renderers import DataRenderer, GlyphRenderer
 from bokeh.models.ui import UIElement
+from bokeh.models.widgets import DataTable, TableColumn
 from bokeh.palettes import Category10_10, Viridis256
 from bokeh.plotting import figure
 
@@ -303,3 +305,23 @@ DARK_TABLE_CSS = """
 def table_stylesheets(dark: bool) -> list[StyleSheet | str | dict[str, dict[str, str | None] | Styles]]:
     """Stylesheets that make a DataTable readable on the dark theme (none on the light one)."""
     return [InlineStyleSheet(css=DARK_TABLE_CSS)] if dark else []
+
+
+REDRAW_TABLE_JS = """
+const view = Bokeh.index.find_one(table);
+if (view != null) {
+  view.updateGrid();
+}
+"""
+
+
+def data_table(source: ColumnDataSource, columns: list[TableColumn], dark: bool, **options: Any) -> DataTable:
+    """A sortable DataTable without an index column, styled for the theme, that shows every new ``data``.
+
+    BokehJS (3.9) redraws a DataTable only when its rows change in number (its view's indices); new values in as
+    many rows would stay unseen. So each new ``data`` also asks the table's view to redraw (keeping the sort).
+    """
+    table = DataTable(source=source, columns=columns, index_position=None, sortable=True,
+                      stylesheets=table_stylesheets(dark), **options)
+    source.js_on_change("data", CustomJS(args={"table": table}, code=REDRAW_TABLE_JS))
+    return table

@@ -35,8 +35,8 @@ from nvdash.apps.figures import (
     STATUS_COLORS,
     Unit,
     add_page,
+    data_table,
     gpu_label,
-    table_stylesheets,
     text_color,
     timeline_figure,
     timeline_range,
@@ -164,9 +164,9 @@ def _event_table(source: ColumnDataSource, dark: bool) -> DataTable:
     time_format = HTMLTemplateFormatter(template="<%= new Date(value).toLocaleString() %>")
     severity_format = HTMLTemplateFormatter(
         template='<span style="color:<%= color %>;font-weight:600"><%= value %></span>')
-    return DataTable(
-        source=source,
-        columns=[
+    return data_table(
+        source,
+        [
             TableColumn(field="time", title="time", formatter=time_format, width=150),
             TableColumn(field="gpu", title="GPU", width=55),
             TableColumn(field="severity", title="severity", formatter=severity_format, width=65),
@@ -174,11 +174,9 @@ def _event_table(source: ColumnDataSource, dark: bool) -> DataTable:
             TableColumn(field="message", title="what happened", width=380),
             TableColumn(field="action", title="what to do", width=380),
         ],
-        index_position=None,
-        sortable=True,
+        dark,
         sizing_mode="stretch_both",
         min_height=160,
-        stylesheets=table_stylesheets(dark),
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from bokeh.document import Document
 from bokeh.layouts import row
-from bokeh.models import ColumnDataSource, CustomJS, InlineStyleSheet
+from bokeh.models import ColumnDataSource, InlineStyleSheet
 from bokeh.models.widgets import DataTable, Div, HTMLTemplateFormatter, Select, TableColumn, TextInput
 from bokeh.plotting import figure
 
@@ -24,7 +24,7 @@ from nvdash.apps.figures import (
     add_page,
     bar_figure,
     bar_labels,
-    table_stylesheets,
+    data_table,
     text_color,
 )
 from nvdash.apps.live import follow, latest, pause_toggle
@@ -78,15 +78,8 @@ def _table_columns() -> list[TableColumn]:
 
 
 def _table(source: ColumnDataSource, table_columns: list[TableColumn], dark: bool, **size: Any) -> DataTable:
-    """A sortable table; columns keep their widths (a narrow pane scrolls sideways rather than cutting text).
-
-    BokehJS (3.9) redraws a DataTable only when its rows change in number (the view's indices); new values in
-    as many rows stay unseen. So each new ``data`` also asks the table's view to redraw, keeping the sort.
-    """
-    table = DataTable(source=source, columns=table_columns, index_position=None, sortable=True, autosize_mode="none",
-                      stylesheets=table_stylesheets(dark), **size)
-    source.js_on_change("data", CustomJS(args={"table": table}, code=REDRAW_TABLE_JS))
-    return table
+    """A sortable table; columns keep their widths (a narrow pane scrolls sideways rather than cutting text)."""
+    return data_table(source, table_columns, dark, autosize_mode="none", **size)
 
 
 def _memory_figure(rows: list[str], segments: ColumnDataSource, labels: ColumnDataSource, dark: bool) -> figure:
@@ -217,12 +210,6 @@ class ProcessesView:
         self.show_table()
 
 
-REDRAW_TABLE_JS = """
-const view = Bokeh.index.find_one(table);
-if (view != null) {
-  view.updateGrid();
-}
-"""
 TABLE_ROW_PX = 25
 TABLE_MAX_ROWS = 16
 

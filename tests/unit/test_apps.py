@@ -442,3 +442,19 @@ def test_every_app_builds_on_an_empty_store_and_without_gpus() -> None:
             assert len(doc.session_callbacks) == 1
             ctx.store.append(ROWS[0])
             tick(doc)
+
+
+def test_data_tables_redraw_on_new_data_of_the_same_length() -> None:
+    """BokehJS redraws a DataTable only when its row count changes: new ``data`` must ask its view to redraw."""
+    from bokeh.models import CustomJS
+
+    from nvdash.apps.figures import data_table
+
+    source = ColumnDataSource(data={"a": [1, 2]})
+    table = data_table(source, [], dark=False)
+    (callback,) = source.js_property_callbacks["change:data"]
+    assert isinstance(callback, CustomJS)
+    assert callback.args["table"] is table
+    assert "updateGrid" in callback.code
+    assert table.sortable
+    assert table.index_position is None
