@@ -1,4 +1,8 @@
-"""Command-line parsing only: turns arguments and environment into :class:`Settings` and starts the server."""
+"""Command-line parsing only: turns arguments and environment into settings and runs the chosen command.
+
+``nvdash [serve] [options]`` serves the dashboards; ``nvdash export``, ``nvdash import FILE`` and
+``nvdash replay FILE`` work on the history file.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,15 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
+from nvdash.history.ranges import RangeError, parse_duration
 from nvdash.sampling.sampler import MIN_INTERVAL_S
 from nvdash.settings import Settings
 
 ENV_SIMULATE = "NVDASH_SIMULATE"
 ENV_FAULTS = "NVDASH_FAKE_FAULTS"
+ENV_HISTORY = "NVDASH_HISTORY"
+"""A history file path, or ``off``: the default of ``--history`` / ``--no-history`` (for the Jupyter proxy)."""
+COMMANDS = ("serve", "export", "import", "replay")
 
 
 class UsageError(Exception):
@@ -24,13 +32,33 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="nvdash",
-        description="Live NVIDIA GPU and host dashboards, served by one Bokeh server.",
-    )
+def _add_server_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to serve on (default 8000)")
+    parser.add_argument(
+        "--allow-websocket-origin",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="a browser origin allowed to connect (repeatable; default: this server's own address)",
+    )
+    parser.add_argument("--prefix", default="", help="URL prefix to serve under, e.g. /nvdash")
+    parser.add_argument(
+        "--live-samples",
+        type=int,
+        default=None,
+        metavar="SAMPLES",
+        help="samples kept in memory and streamed by the timelines in Live mode (default 1200)",
+    )
+
+
+def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=prog,
+        description="Live NVIDIA GPU and host dashboards, served by one Bokeh server. "
+        "Other commands: nvdash export, nvdash import FILE, nvdash replay FILE (each with --help).",
+    )
+    _add_server_options(parser)
     parser.add_argument(
         "--interval",
         type=float,
@@ -46,14 +74,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulated workload (default 0)")
     parser.add_argument(
-        "--allow-websocket-origin",
-        action="append",
-        default=[],
-        metavar="HOST:PORT",
-        help="a browser origin allowed to connect (repeatable; default: this server's own address)",
-    )
-    parser.add_argument("--prefix", default="", help="URL prefix to serve under, e.g. /nvdash")
-    parser.add_argument(
         "--process-interval",
         type=float,
         default=None,
@@ -67,21 +87,63 @@ def _parser() -> argparse.ArgumentParser:
         help="the kubelet's pod-resources socket, for pod names "
         "(default /var/lib/kubelet/pod-resources/kubelet.sock)",
     )
+    _add_history_path(parser)
+    parser.add_argument("--no-history", action="store_true", help="do not record readings on disk")
     parser.add_argument(
-        "--history",
-        type=int,
+        "--retention",
         default=None,
-        metavar="SAMPLES",
-        help="samples kept in memory and shown by the timelines (default 1200)",
+        metavar="DURATION",
+        help="how long the history keeps readings, e.g. 12h, 7d, 30d (default 7d; units m, h, d)",
     )
     return parser
 
 
+def _add_history_path(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--history",
+        default=None,
+        metavar="PATH",
+        help=f"the history file (also ${ENV_HISTORY}; default $XDG_DATA_HOME/nvdash/history.sqlite)",
+    )
+
+
+def _history_path(value: str | None, environ: Mapping[str, str]) -> tuple[bool, str | None]:
+    """``(enabled, path)`` from ``--history`` and ``$NVDASH_HISTORY``."""
+    if value is not None and value.strip().isdigit():
+        raise UsageError(
+            f"--history now names the history file, not a sample count; use --live-samples {value.strip()}"
+        )
+    if value:
+        return True, value
+    from_env = (environ.get(ENV_HISTORY) or "").strip()
+    if from_env.lower() in ("off", "no", "0", "false"):
+        return False, None
+    return True, from_env or None
+
+
+def _live_samples(value: int | None) -> int:
+    samples = Settings().live_samples if value is None else value
+    if samples < 2:
+        raise UsageError(f"--live-samples must be at least 2, not {samples}")
+    return samples
+
+
+def _prefix(value: str) -> str:
+    prefix = value.strip()
+    if prefix and not prefix.startswith("/"):
+        prefix = "/" + prefix
+    return prefix.rstrip("/")
+
+
+def _port(value: int) -> int:
+    if not 0 <= value <= 65535:
+        raise UsageError(f"--port must be between 0 and 65535, not {value}")
+    return value
+
+
 def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
-    """Validate the command line; raises :class:`UsageError` with a one-line message."""
-    args = _parser().parse_args(list(argv))
-    if not 0 <= args.port <= 65535:
-        raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
+    """Validate the serve command line; raises :class:`UsageError` with a one-line message."""
+    args = _serve_parser().parse_args(list(argv))
     if not args.interval >= MIN_INTERVAL_S:
         raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} seconds, not {args.interval}")
     simulate = args.simulate or environ.get(ENV_SIMULATE) or None
@@ -91,39 +153,114 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         if simulate not in profile_names():
             raise UsageError(f"unknown profile {simulate!r}; choose one of: {', '.join(profile_names())}")
     defaults = Settings()
-    history = defaults.history if args.history is None else args.history
-    if history < 2:
-        raise UsageError(f"--history must be at least 2 samples, not {history}")
     process_interval = defaults.process_interval_s if args.process_interval is None else args.process_interval
     if process_interval != 0 and not process_interval >= args.interval:
         raise UsageError(
             f"--process-interval must be 0 (off) or at least --interval ({args.interval} s), not {process_interval}"
         )
-    prefix = args.prefix.strip()
-    if prefix and not prefix.startswith("/"):
-        prefix = "/" + prefix
+    enabled, path = _history_path(args.history, environ)
+    if args.no_history:
+        if args.history:
+            raise UsageError("--history and --no-history contradict each other")
+        enabled, path = False, None
+    retention = defaults.retention_s
+    if args.retention is not None:
+        try:
+            retention = parse_duration(args.retention, units="mhd")
+        except RangeError as error:
+            raise UsageError(f"--retention: {error}") from None
+        if retention < 600:
+            raise UsageError(f"--retention must be at least 10m, not {args.retention}")
     return Settings(
         host=args.host,
-        port=args.port,
+        port=_port(args.port),
         interval_s=args.interval,
         simulate=simulate,
         seed=args.seed,
         allow_websocket_origin=tuple(args.allow_websocket_origin),
-        prefix=prefix.rstrip("/"),
-        history=history,
+        prefix=_prefix(args.prefix),
+        live_samples=_live_samples(args.live_samples),
         faults=environ.get(ENV_FAULTS) or None,
         process_interval_s=process_interval,
         kubelet_socket=args.kubelet_socket or defaults.kubelet_socket,
+        history=enabled,
+        history_path=path,
+        retention_s=retention,
     )
+
+
+def parse_replay(argv: Sequence[str]) -> Settings:
+    """``nvdash replay FILE [server options]``: serve a recording without touching NVML."""
+    parser = _Parser(prog="nvdash replay",
+                     description="Serve the dashboards from a history file (a recording), with no GPU needed.")
+    parser.add_argument("file", metavar="FILE", help="the history file to replay")
+    _add_server_options(parser)
+    args = parser.parse_args(list(argv))
+    return Settings(
+        host=args.host,
+        port=_port(args.port),
+        allow_websocket_origin=tuple(args.allow_websocket_origin),
+        prefix=_prefix(args.prefix),
+        live_samples=_live_samples(args.live_samples),
+        process_interval_s=0.0,
+        history=False,
+        replay=args.file,
+    )
+
+
+def export_parser() -> argparse.ArgumentParser:
+    """``nvdash export``: the history as nvidia-smi CSV."""
+    parser = _Parser(prog="nvdash export",
+                     description="Write the history as CSV in the layout of nvidia-smi --query-gpu --format=csv.")
+    _add_history_path(parser)
+    parser.add_argument("--range", default=None, help="how far back from the newest reading, e.g. 1h, 7d")
+    parser.add_argument("--from", dest="start", default=None, help="start: ISO 8601 or Unix seconds")
+    parser.add_argument("--to", dest="end", default=None, help="end: ISO 8601 or Unix seconds (default: newest)")
+    parser.add_argument("--query-gpu", default=None, metavar="FIELDS",
+                        help="comma-separated nvidia-smi field names (default: timestamp, index, name, "
+                        "utilization.gpu, memory.used, memory.total, temperature.gpu, power.draw)")
+    parser.add_argument("--format", default="csv", help="csv, optionally with ,noheader and ,nounits")
+    parser.add_argument("--id", "-i", dest="gpus", default=None, help="comma-separated GPU indices (default all)")
+    parser.add_argument("--output", "-o", "-f", default="-", help="file to write (default: standard output)")
+    return parser
+
+
+def import_parser() -> argparse.ArgumentParser:
+    """``nvdash import FILE``: an nvidia-smi CSV log into the history."""
+    parser = _Parser(prog="nvdash import",
+                     description="Read a log written by nvidia-smi --query-gpu=... --format=csv into the history.")
+    parser.add_argument("file", metavar="FILE", help="the CSV log (- for standard input)")
+    _add_history_path(parser)
+    return parser
+
+
+def history_file(value: str | None, environ: Mapping[str, str]) -> str | None:
+    """The history path an export or import uses (``None``: the default); raises when history is off."""
+    enabled, path = _history_path(value, environ)
+    if not enabled:
+        raise UsageError(f"${ENV_HISTORY} turns history off; name a file with --history")
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``nvdash`` and ``python -m nvdash``; returns the exit status."""
-    from nvdash.server.run import StartupError, serve  # noqa: PLC0415 - keep --help fast
+    from nvdash.history.database import HistoryError  # noqa: PLC0415 - keep --help fast
+    from nvdash.server.run import StartupError, serve  # noqa: PLC0415
 
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    command = arguments[0] if arguments and arguments[0] in COMMANDS else "serve"
+    rest = arguments[1:] if arguments and arguments[0] in COMMANDS else arguments
     try:
-        settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
+        if command == "export":
+            from nvdash.history.csv_io import run_export  # noqa: PLC0415
+
+            return run_export(export_parser().parse_args(rest), os.environ)
+        if command == "import":
+            from nvdash.history.csv_io import run_import  # noqa: PLC0415
+
+            return run_import(import_parser().parse_args(rest), os.environ)
+        settings = parse_replay(rest) if command == "replay" else parse_settings(rest, os.environ)
         return serve(settings)
-    except (UsageError, StartupError) as error:
+    except (UsageError, StartupError, HistoryError) as error:
         print(f"nvdash: error: {error}", file=sys.stderr)
         return 2 if isinstance(error, UsageError) else 1

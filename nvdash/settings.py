@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nvdash.history.tiers import DEFAULT_RETENTION_S
 from nvdash.sampling.kubelet.podresources import DEFAULT_SOCKET
 from nvdash.sampling.usage import DEFAULT_INTERVAL_S
 from nvdash.store import DEFAULT_CAPACITY
@@ -20,10 +21,19 @@ class Settings:
     seed: int = 0
     allow_websocket_origin: tuple[str, ...] = ()
     prefix: str = ""
-    history: int = DEFAULT_CAPACITY
+    live_samples: int = DEFAULT_CAPACITY
+    """Samples kept in memory and streamed by the timelines in Live mode."""
     faults: str | None = None
+    """Fault injection for the simulated GPUs (tests and demos), e.g. ``lose:3@10``."""
     process_interval_s: float = DEFAULT_INTERVAL_S
     """Seconds between readings of the GPU processes, pods and MIG instances; 0 turns them off."""
     kubelet_socket: str = DEFAULT_SOCKET
     """The kubelet's pod-resources socket, for pod and container names."""
-    """Fault injection for the simulated GPUs (tests and demos), e.g. ``lose:3@10``."""
+    history: bool = True
+    """Whether readings are recorded on disk (``--no-history`` turns it off)."""
+    history_path: str | None = None
+    """The history file; ``None``: the per-user default (``$XDG_DATA_HOME/nvdash/history.sqlite``)."""
+    retention_s: float = DEFAULT_RETENTION_S
+    """How long the history keeps readings."""
+    replay: str | None = None
+    """A recording to serve instead of live readings (``nvdash replay FILE``); NVML is not touched."""

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterable
+from typing import Protocol
 
 from nvdash.sampling.records import GpuEvent, Inventory, Snapshot
 
 DEFAULT_CAPACITY = 1200
 DEFAULT_EVENT_CAPACITY = 1000
+
+
+class StoreListener(Protocol):
+    """Something that keeps what the store receives (the history writer); called on the appending thread."""
+
+    def submit(self, snapshot: Snapshot) -> None: ...
+
+    def submit_events(self, events: Iterable[GpuEvent]) -> None: ...
 
 
 class Store:
@@ -33,6 +43,11 @@ class Store:
         self._info_events: deque[GpuEvent] = deque(maxlen=event_capacity)
         self._event_seq = 0
         self._lock = threading.Lock()
+        self._listeners: list[StoreListener] = []
+
+    def add_listener(self, listener: StoreListener) -> None:
+        """Hand every snapshot and event appended from now on to ``listener`` as well (it must not block)."""
+        self._listeners.append(listener)
 
     @property
     def inventory(self) -> Inventory:
@@ -59,7 +74,10 @@ class Store:
         with self._lock:
             self._rows.append(snapshot)
             self._last_seq += 1
-            return self._last_seq
+            seq = self._last_seq
+        for listener in self._listeners:
+            listener.submit(snapshot)
+        return seq
 
     def since(self, seq: int) -> tuple[list[Snapshot], int]:
         """The snapshots newer than ``seq`` (oldest first) and the newest sequence number.
@@ -89,7 +107,11 @@ class Store:
             for event in events:
                 (self._info_events if event.severity == "info" else self._events).append(event)
             self._event_seq += len(events)
-            return self._event_seq
+            seq = self._event_seq
+        if events:
+            for listener in self._listeners:
+                listener.submit_events(events)
+        return seq
 
     @property
     def event_seq(self) -> int:

@@ -77,6 +77,7 @@ def wait_for(read: Callable[[], Any], check: Callable[[Any], bool], timeout_s: f
 def nvdash_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a server process: ours, without simulation unless asked."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVDASH_") and k != "BOKEH_RESOURCES"}
+    env["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="nvdash-data-")
     env.update(extra or {})
     return env
 

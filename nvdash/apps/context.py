@@ -1,9 +1,13 @@
-"""What every app is built from: the shared store and the sampler's interval."""
+"""What every app is built from: the shared store, the sampler's interval, and the history to look back in."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
+from nvdash.history.query import HistoryBackend
 from nvdash.store import Store
 
 
@@ -13,3 +17,11 @@ class AppContext:
 
     store: Store
     interval_s: float
+    history: HistoryBackend | None = None
+    """Past readings for the time range control; ``None`` when history is off."""
+    history_executor: Executor | None = None
+    """Where history queries run, off the event loop."""
+    clock: Callable[[], float] = time.time
+    """"Now" for relative ranges: the wall clock, or the end of the recording when replaying."""
+    replay: bool = False
+    """True when serving a recording: there are no live readings, the pages open on a past range."""

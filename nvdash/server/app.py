@@ -18,7 +18,10 @@ from tornado.web import RequestHandler
 
 from nvdash.apps import APPS, AppContext, AppSpec, unavailable_reason
 from nvdash.health.status import evaluate
+from nvdash.history.csv_io import export_text
 from nvdash.sampling.sampler import Sampler
+from nvdash.server.history_api import ExportCsvHandler, HistoryJsonHandler, history_health
+from nvdash.server.history_setup import HistoryRuntime
 from nvdash.server.loop_monitor import LoopMonitor
 from nvdash.server.pages import (
     HtmlHandler,
@@ -42,7 +45,8 @@ class Runtime:
     """What the health endpoint reports on: the sampler, the store, NVML call counts, the event loop."""
 
     store: Store
-    sampler: Sampler
+    sampler: Sampler | None
+    """``None`` when replaying a recording."""
     nvml_calls: Callable[[], int] = lambda: 0
     fake_nvml_calls: Callable[[], int] | None = None
     loop_monitor: LoopMonitor = field(default_factory=LoopMonitor)
@@ -50,6 +54,7 @@ class Runtime:
     """When this server process started (wall clock); a client sees a restart by its change."""
     xid_status: str = "not started"
     """``watching``, or why XID events are not watched."""
+    history: HistoryRuntime = field(default_factory=HistoryRuntime)
 
 
 def websocket_origins(settings: Settings) -> list[str]:
@@ -72,11 +77,23 @@ def _application(spec: AppSpec, context: AppContext) -> Application:
     return Application(FunctionHandler(build))
 
 
+def _sampler_json(sampler: Sampler | None) -> dict[str, Any] | None:
+    if sampler is None:
+        return None
+    stats = sampler.stats()
+    return {
+        "interval_s": sampler.interval_s,
+        "sweeps": stats.sweeps,
+        "errors": stats.errors,
+        "last_sweep_ms": round(stats.last_sweep_s * 1000, 3),
+        "max_sweep_ms": round(stats.max_sweep_s * 1000, 3),
+    }
+
+
 def health(
     runtime: Runtime, handler: RequestHandler, server: Callable[[], Server | None], routes: list[str]
 ) -> dict[str, Any]:
     """The numbers a benchmark or a monitor wants: sampler, store, NVML calls, event loop, sessions."""
-    stats = runtime.sampler.stats()
     reset = handler.get_query_argument("reset", "") == "1"
     current = server()
     sessions = 0
@@ -85,13 +102,8 @@ def health(
     result: dict[str, Any] = {
         "status": "ok",
         "started_at": runtime.started_at,
-        "sampler": {
-            "interval_s": runtime.sampler.interval_s,
-            "sweeps": stats.sweeps,
-            "errors": stats.errors,
-            "last_sweep_ms": round(stats.last_sweep_s * 1000, 3),
-            "max_sweep_ms": round(stats.max_sweep_s * 1000, 3),
-        },
+        "sampler": _sampler_json(runtime.sampler),
+        "history": history_health(runtime.history),
         "store": {"rows": len(runtime.store), "capacity": runtime.store.capacity, "last_seq": runtime.store.last_seq},
         "nvml_calls": runtime.nvml_calls(),
         "event_loop": runtime.loop_monitor.report(reset_window=reset),
@@ -112,7 +124,9 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
     bokeh_settings.resources.set_value("server")
     store = runtime.store
     inventory = store.inventory
-    context = AppContext(store=store, interval_s=settings.interval_s)
+    history = runtime.history
+    context = AppContext(store=store, interval_s=settings.interval_s, history=history.backend,
+                         history_executor=history.executor, clock=history.clock, replay=history.replay)
     prefix = settings.prefix
     applications: dict[str, Application] = {}
     unavailable_routes: list[tuple[str, type[RequestHandler], dict[str, Any]]] = []
@@ -128,13 +142,16 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
 
     def index_page() -> str:
         health = evaluate(inventory, store.latest(), store.events(), time.time())
-        return render_index(inventory, prefix, settings.interval_s, store.capacity, PROFILES_HINT, health=health)
+        return render_index(inventory, prefix, settings.interval_s, store.capacity, PROFILES_HINT, health=health,
+                            history=history.status, replay=history.replay)
 
     holder: list[Server] = []
     extra: list[tuple[str, type[RequestHandler], dict[str, Any]]] = [
         (r"/", HtmlHandler, {"render": index_page}),
-        (r"/index\.json", JsonHandler, {"produce": lambda _h: index_json(inventory)}),
-        (r"/info\.json", JsonHandler, {"produce": lambda _h: info_json(inventory)}),
+        (r"/index\.json", JsonHandler, {"produce": lambda _h: index_json(inventory, replay=history.replay)}),
+        (r"/info\.json", JsonHandler, {"produce": lambda _h: info_json(inventory, history_health(history))}),
+        (r"/api/history\.json", HistoryJsonHandler, {"history": history}),
+        (r"/export\.csv", ExportCsvHandler, {"history": history, "export": export_text}),
         (r"/api/snapshot\.json", JsonHandler, {"produce": lambda _h: snapshot_json(store)}),
         (r"/api/processes\.json", JsonHandler, {"produce": lambda _h: processes_json(store)}),
         (

@@ -23,14 +23,20 @@ def _template(name: str) -> Any:
     return _env.from_string(text)
 
 
-def index_json(inventory: Inventory) -> dict[str, str]:
-    """Each available route mapped to its title, in the registry's order."""
-    return {spec.route: spec.title for spec in available_apps(inventory)}
+REPLAY_MARK = " (replay)"
 
 
-def info_json(inventory: Inventory) -> dict[str, Any]:
-    """The host and GPUs found at start, and why there are none if so."""
+def index_json(inventory: Inventory, replay: bool = False) -> dict[str, str]:
+    """Each available route mapped to its title, in the registry's order; a replay's titles say so."""
+    mark = REPLAY_MARK if replay else ""
+    return {spec.route: spec.title + mark for spec in available_apps(inventory)}
+
+
+def info_json(inventory: Inventory, history: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The host and GPUs found at start, why there are none if so, and what the history does."""
     return {
+        "mode": "replay" if history and history.get("replay") else "live",
+        "history": history,
         "hostname": inventory.host.hostname,
         "driver_version": inventory.driver_version,
         "simulated": inventory.simulated,
@@ -58,10 +64,12 @@ def render_index(
     inventory: Inventory,
     prefix: str,
     interval_s: float,
-    history: int,
+    live_samples: int,
     profiles: str,
     *,
     health: Sequence[GpuHealth] = (),
+    history: str = "off",
+    replay: bool = False,
 ) -> str:
     """The bookmarkable HTML index; ``health`` gives each GPU's current status and its first reason."""
     by_index = {item.index: item for item in health}
@@ -100,7 +108,9 @@ def render_index(
             apps=[{"href": prefix + spec.route, "title": spec.title} for spec in available_apps(inventory)],
             unavailable=_unavailable_by_reason(inventory),
             interval=f"{interval_s:g}",
-            history=f"{history} samples",
+            live_samples=f"{live_samples} samples",
+            history=history,
+            replay=replay,
         )
     )
 

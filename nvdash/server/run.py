@@ -10,6 +10,7 @@ from pathlib import Path
 from types import FrameType
 
 from nvdash.health.events import EventDetector
+from nvdash.history.database import HistoryError
 from nvdash.sampling.cgroups import pod_names_from_logs
 from nvdash.sampling.hardware import Hardware, open_hardware
 from nvdash.sampling.host_processes import HostProcessTable
@@ -19,6 +20,7 @@ from nvdash.sampling.sampler import Sampler
 from nvdash.sampling.usage import UsageCollector
 from nvdash.server import gc_policy
 from nvdash.server.app import Runtime, make_server
+from nvdash.server.history_setup import open_history, open_replay
 from nvdash.settings import Settings
 from nvdash.store import Store
 
@@ -40,13 +42,17 @@ def _usage_collector(settings: Settings, hardware: Hardware) -> UsageCollector |
     return UsageCollector(hardware.gpus, HostProcessTable(), watcher, lambda: pod_names_from_logs(POD_LOG_DIR))
 
 
-def start_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
-    """Open the hardware and create the store and (unstarted) sampler."""
+def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
     try:
         hardware = open_hardware(settings.simulate, seed=settings.seed, faults=settings.faults)
     except ValueError as error:
         raise StartupError(str(error)) from None
-    store = Store(hardware.inventory, capacity=settings.history)
+    store = Store(hardware.inventory, capacity=settings.live_samples)
+    try:
+        history = open_history(settings, store)
+    except HistoryError as error:
+        hardware.close()
+        raise StartupError(f"{error} (or start with --no-history)") from None
     sampler = Sampler(
         store,
         hardware.host,
@@ -63,12 +69,26 @@ def start_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
         sampler=sampler,
         nvml_calls=(lambda: gpus.calls) if gpus is not None else (lambda: 0),
         fake_nvml_calls=getattr(fake, "total_calls", None),
+        history=history,
     )
     return hardware, runtime
 
 
-def _describe(hardware: Hardware) -> str:
-    inventory = hardware.inventory
+def start_runtime(settings: Settings) -> tuple[Hardware | None, Runtime]:
+    """Open the hardware, the store, the history and the (unstarted) sampler; for a replay, only the recording."""
+    if settings.replay is None:
+        return _live_runtime(settings)
+    try:
+        store, history = open_replay(settings.replay, settings.live_samples)
+    except HistoryError as error:
+        raise StartupError(str(error)) from None
+    return None, Runtime(store=store, sampler=None, history=history, xid_status="replay: no live events")
+
+
+def _describe(runtime: Runtime) -> str:
+    inventory = runtime.store.inventory
+    if runtime.history.replay:
+        return f"{runtime.history.status} ({len(inventory.gpus)} GPUs recorded)"
     if inventory.gpus:
         names = sorted({gpu.name for gpu in inventory.gpus})
         kind = f"simulated ({inventory.simulated}) " if inventory.simulated else ""
@@ -92,8 +112,9 @@ def serve(settings: Settings) -> int:
         gc_policy.install()
         gc_policy.tune_thresholds()
         gc_policy.freeze_startup_objects()
-        runtime.sampler.start()
-        if hardware.gpus is not None:
+        if runtime.sampler is not None:
+            runtime.sampler.start()
+        if hardware is not None and hardware.gpus is not None:
             store = runtime.store
 
             def record(event: GpuEvent) -> None:
@@ -103,7 +124,7 @@ def serve(settings: Settings) -> int:
         server.start()
         runtime.loop_monitor.start(server.io_loop)
         host = "localhost" if settings.host in ("127.0.0.1", "0.0.0.0", "::", "") else settings.host
-        print(f"nvdash: {_describe(hardware)}", flush=True)
+        print(f"nvdash: {_describe(runtime)}", flush=True)
         print(f"nvdash: open http://{host}:{settings.port}{settings.prefix}/", flush=True)
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -117,6 +138,9 @@ def serve(settings: Settings) -> int:
         runtime.loop_monitor.stop()
         server.stop()
     finally:
-        runtime.sampler.stop()
-        hardware.close()
+        if runtime.sampler is not None:
+            runtime.sampler.stop()
+        runtime.history.close()
+        if hardware is not None:
+            hardware.close()
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvdash.cli import UsageError, parse_settings
+from nvdash.cli import UsageError, parse_replay, parse_settings
 from nvdash.settings import Settings
 
 
@@ -35,8 +35,12 @@ def test_all_options() -> None:
             "proxy:443",
             "--prefix",
             "nvdash/",
-            "--history",
+            "--live-samples",
             "600",
+            "--history",
+            "/data/nvdash.sqlite",
+            "--retention",
+            "30d",
             "--process-interval",
             "5",
             "--kubelet-socket",
@@ -52,7 +56,9 @@ def test_all_options() -> None:
         seed=7,
         allow_websocket_origin=("gpu-node:9001", "proxy:443"),
         prefix="/nvdash",
-        history=600,
+        live_samples=600,
+        history_path="/data/nvdash.sqlite",
+        retention_s=30 * 86400.0,
         process_interval_s=5.0,
         kubelet_socket="/run/kubelet/pod-resources.sock",
     )
@@ -78,7 +84,12 @@ def test_environment_selects_simulation_and_faults() -> None:
         (["--interval", "fast"], "invalid float value: 'fast'"),
         (["--port", "70000"], "--port must be between 0 and 65535"),
         (["--simulate", "gtx-9000"], "unknown profile 'gtx-9000'; choose one of: "),
-        (["--history", "1"], "--history must be at least 2"),
+        (["--live-samples", "1"], "--live-samples must be at least 2"),
+        (["--history", "600"], "--history now names the history file, not a sample count; use --live-samples 600"),
+        (["--retention", "7x"], "--retention: '7x' is not a duration"),
+        (["--retention", "5s"], "--retention: '5s' is not a duration"),
+        (["--retention", "5m"], "--retention must be at least 10m"),
+        (["--history", "a.sqlite", "--no-history"], "--history and --no-history contradict each other"),
         (["--process-interval", "0.2"], "--process-interval must be 0 (off) or at least --interval (0.5 s)"),
         (["--process-interval", "-1"], "--process-interval must be 0 (off) or at least --interval"),
         (["--frobnicate"], "unrecognized arguments: --frobnicate"),
@@ -89,3 +100,26 @@ def test_bad_input_is_one_clear_line(argv: list[str], message: str) -> None:
         parse_settings(argv, {})
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_history_is_on_by_default_and_can_be_turned_off() -> None:
+    settings = parse_settings([], {})
+    assert settings.history is True
+    assert settings.history_path is None
+    assert settings.retention_s == 7 * 86400.0
+    assert parse_settings(["--no-history"], {}).history is False
+    assert parse_settings([], {"NVDASH_HISTORY": "off"}).history is False
+    assert parse_settings([], {"NVDASH_HISTORY": "/srv/h.sqlite"}).history_path == "/srv/h.sqlite"
+    assert parse_settings(["--retention", "12h"], {}).retention_s == 12 * 3600.0
+    assert parse_settings(["--retention", "90m"], {}).retention_s == 90 * 60.0
+
+
+def test_replay_takes_a_file_and_server_options() -> None:
+    settings = parse_replay(["rec.sqlite", "--port", "9100", "--prefix", "x"])
+    assert settings.replay == "rec.sqlite"
+    assert settings.port == 9100
+    assert settings.prefix == "/x"
+    assert settings.history is False
+    with pytest.raises(UsageError) as info:
+        parse_replay([])
+    assert "FILE" in str(info.value)

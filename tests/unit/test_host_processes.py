@@ -17,6 +17,7 @@ import pytest
 from nvdash.sampling.cgroups import parse_cgroup
 from nvdash.sampling.host_processes import HostProcessTable
 from nvdash.sampling.usage_records import CgroupIdentity, HostProcess
+from tests.conftest import wait_for
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -67,7 +68,9 @@ def test_real_child_user_command_memory_and_start_time(
     before = time.time()
     child = spawn(["sleep", "3600.25"])
     after = time.time()
-    process = HostProcessTable().lookup([child.pid])[child.pid]
+    # Right after exec the kernel may report no resident pages yet; wait (with a deadline) until it has some.
+    process = wait_for(lambda: HostProcessTable().lookup([child.pid])[child.pid],
+                       lambda found: found.rss_bytes is not None and found.rss_bytes > 0, timeout_s=10.0)
     assert process.pid == child.pid
     assert process.user == pwd.getpwuid(os.getuid()).pw_name
     assert process.command == "sleep 3600.25"

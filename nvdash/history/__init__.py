@@ -1,0 +1,1 @@
+"""The on-disk history: writer, tiers, retention, queries, nvidia-smi CSV import/export and replay."""

@@ -1,0 +1,224 @@
+"""The history file: creating, checking and locking an SQLite database in WAL mode.
+
+One process writes a file (an exclusive ``flock`` on ``<file>.lock``, released by the kernel even after
+``kill -9``); any number read it. A file that is not SQLite, or SQLite written by something else, is refused
+with a one-line :class:`HistoryError` and never modified.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from nvdash.history.catalog import Kind, Scope, gpu_raw_columns, host_raw_columns, metrics_of
+
+APPLICATION_ID = 0x6E766461
+"""``PRAGMA application_id`` of an nvdash history file ("nvda")."""
+SCHEMA_VERSION = 1
+SQLITE_MAGIC = b"SQLite format 3\x00"
+TIERS = ("10s", "1m")
+"""The downsampled tiers' table suffixes (see :mod:`nvdash.history.tiers`)."""
+
+
+PROCESS_1M = ("n INTEGER NOT NULL, started_s REAL, mig_uuid TEXT, kinds TEXT, gpu_memory_bytes_max REAL,"
+              " sm_pct_mean REAL, memory_pct_mean REAL, user TEXT, command TEXT, container_id TEXT,"
+              " pod_namespace TEXT, pod_name TEXT, container_name TEXT, slurm_job TEXT")
+"""Per minute and process: readings seen, peak memory, mean utilization, and who the process was."""
+
+
+class HistoryError(Exception):
+    """The history file cannot be used; the message is one line for the user."""
+
+
+class HistoryLocked(HistoryError):
+    """Another process writes this history file."""
+
+
+def default_path(environ: dict[str, str] | os._Environ[str] = os.environ) -> Path:
+    """``$XDG_DATA_HOME/nvdash/history.sqlite`` (``~/.local/share`` when unset), the per-user data location."""
+    base = environ.get("XDG_DATA_HOME") or ""
+    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".local" / "share"
+    return root / "nvdash" / "history.sqlite"
+
+
+def _gauge_columns(scope: Scope) -> list[str]:
+    columns: list[str] = []
+    for metric in metrics_of(scope):
+        kind_type = "INTEGER" if metric.kind is Kind.BITS else "REAL"
+        columns += [f"{column} {kind_type}" for column in metric.tier_columns()]
+    return columns
+
+
+def schema() -> list[str]:
+    """The statements that create an empty history (tables only; pragmas are set by :func:`open_database`)."""
+    gpu_raw = ", ".join(f"{name} REAL" for name in gpu_raw_columns())
+    host_raw = ", ".join(f"{name} REAL" for name in host_raw_columns())
+    statements = [
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE sessions (id INTEGER PRIMARY KEY, started_s REAL NOT NULL, source TEXT NOT NULL,"
+        " interval_s REAL, inventory TEXT NOT NULL)",
+        f"CREATE TABLE gpu_raw (t REAL NOT NULL, gpu INTEGER NOT NULL, {gpu_raw}, error TEXT,"
+        " PRIMARY KEY (t, gpu)) WITHOUT ROWID",
+        f"CREATE TABLE host_raw (t REAL NOT NULL PRIMARY KEY, {host_raw}) WITHOUT ROWID",
+        "CREATE TABLE nvlink_state (t REAL NOT NULL, gpu INTEGER NOT NULL, links TEXT NOT NULL,"
+        " PRIMARY KEY (t, gpu)) WITHOUT ROWID",
+        "CREATE TABLE events (id INTEGER PRIMARY KEY, t REAL NOT NULL, gpu INTEGER, kind TEXT NOT NULL,"
+        " severity TEXT NOT NULL, code INTEGER, counter TEXT, message TEXT NOT NULL)",
+        "CREATE INDEX events_t ON events (t)",
+        "CREATE TABLE processes (t REAL NOT NULL, gpu INTEGER NOT NULL, pid INTEGER NOT NULL,"
+        " started_s REAL, mig_uuid TEXT, kinds TEXT, gpu_memory_bytes REAL, sm_pct REAL, memory_pct REAL,"
+        " user TEXT, command TEXT, container_id TEXT, pod_namespace TEXT, pod_name TEXT, container_name TEXT,"
+        " slurm_job TEXT, PRIMARY KEY (t, gpu, pid)) WITHOUT ROWID",
+        f"CREATE TABLE processes_1m (t REAL NOT NULL, gpu INTEGER NOT NULL, pid INTEGER NOT NULL, {PROCESS_1M},"
+        " PRIMARY KEY (t, gpu, pid)) WITHOUT ROWID",
+    ]
+    for tier in TIERS:
+        gpu_tier = ", ".join(_gauge_columns(Scope.GPU))
+        host_tier = ", ".join(_gauge_columns(Scope.HOST))
+        statements += [
+            f"CREATE TABLE gpu_{tier} (t REAL NOT NULL, gpu INTEGER NOT NULL, n INTEGER NOT NULL, {gpu_tier},"
+            " PRIMARY KEY (t, gpu)) WITHOUT ROWID",
+            f"CREATE TABLE host_{tier} (t REAL NOT NULL PRIMARY KEY, n INTEGER NOT NULL, {host_tier})"
+            " WITHOUT ROWID",
+        ]
+    return statements
+
+
+def _check_header(path: Path) -> None:
+    """Refuse a non-empty file that is not SQLite before SQLite touches it."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise HistoryError(f"cannot read history file {path}: {error.strerror}") from None
+    if head and head != SQLITE_MAGIC:
+        raise HistoryError(f"{path} is not an nvdash history file (not an SQLite database); it was left untouched")
+
+
+def _connect(path: Path, read_only: bool) -> sqlite3.Connection:
+    uri = f"file:{path}?mode=ro" if read_only else f"file:{path}?mode=rwc"
+    try:
+        connection = sqlite3.connect(uri, uri=True, timeout=10.0, check_same_thread=False, isolation_level=None)
+    except sqlite3.Error as error:
+        raise HistoryError(f"cannot open history file {path}: {error}") from None
+    return connection
+
+
+def _validate(connection: sqlite3.Connection, path: Path) -> bool:
+    """True when the file holds an nvdash history, False when it is empty; raises for anything else."""
+    try:
+        app_id = connection.execute("PRAGMA application_id").fetchone()[0]
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        tables = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    except sqlite3.DatabaseError as error:
+        raise HistoryError(f"{path} is not a usable nvdash history file ({error}); it was left untouched") from None
+    if app_id == 0 and tables == 0:
+        return False
+    if app_id != APPLICATION_ID:
+        raise HistoryError(f"{path} is an SQLite database of another program, not an nvdash history; "
+                           "it was left untouched")
+    if version > SCHEMA_VERSION:
+        raise HistoryError(f"{path} was written by a newer nvdash (history format {version}); upgrade nvdash")
+    return True
+
+
+def _create(connection: sqlite3.Connection) -> None:
+    connection.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    connection.execute("BEGIN IMMEDIATE")
+    for statement in schema():
+        connection.execute(statement)
+    connection.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    connection.execute("COMMIT")
+
+
+@dataclass
+class WriteLock:
+    """An exclusive lock on a history file, held while the file handle is open."""
+
+    path: Path
+    handle: IO[str]
+
+    def release(self) -> None:
+        """Give the lock up (closing the handle releases it)."""
+        if not self.handle.closed:
+            self.handle.close()
+
+
+def lock_for_writing(path: Path) -> WriteLock:
+    """Take the history's write lock, or raise :class:`HistoryLocked` naming the process that holds it."""
+    lock_path = path.with_name(path.name + ".lock")
+    try:
+        handle = lock_path.open("a+")
+    except OSError as error:
+        raise HistoryError(f"cannot create {lock_path}: {error.strerror}") from None
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        handle.seek(0)
+        holder = handle.read().strip()
+        handle.close()
+        if error.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise HistoryLocked(f"history file {path} is being written by another nvdash{who}") from None
+        raise HistoryError(f"cannot lock {lock_path}: {error.strerror}") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return WriteLock(path, handle)
+
+
+def open_database(path: Path, read_only: bool = False) -> sqlite3.Connection:
+    """A connection to the history at ``path``: created when absent (unless ``read_only``), checked otherwise.
+
+    Writers get WAL mode with ``synchronous=NORMAL``: a killed process loses no committed transaction and never
+    leaves a corrupt file. The caller holds :func:`lock_for_writing` before opening for writing.
+    """
+    path = path.expanduser()
+    if read_only and not path.exists():
+        raise HistoryError(f"history file {path} does not exist")
+    _check_header(path)
+    if not read_only:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise HistoryError(f"cannot create the directory of {path}: {error.strerror}") from None
+    connection = _connect(path, read_only)
+    try:
+        exists = _validate(connection, path)
+        if not exists:
+            if read_only:
+                raise HistoryError(f"{path} holds no nvdash history")
+            _create(connection)
+        if not read_only:
+            connection.execute("PRAGMA journal_mode = WAL")
+            connection.execute("PRAGMA synchronous = NORMAL")
+    except sqlite3.DatabaseError as error:
+        connection.close()
+        raise HistoryError(f"{path} is not a usable nvdash history file ({error}); it was left untouched") from None
+    except HistoryError:
+        connection.close()
+        raise
+    return connection
+
+
+@contextmanager
+def transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on error."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield connection
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")

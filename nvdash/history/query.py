@@ -1,0 +1,257 @@
+"""Reading the history back: one interface (:class:`HistoryBackend`), an SQLite backend, series with gaps.
+
+A query names metrics, a time range and optionally GPUs and a step. The backend picks the coarsest stored
+resolution that still has at least one point per step and covers the range, groups it into ``step`` buckets
+(min of the minima, mean of the means, max of the maxima) and returns one series per GPU (or one for the host).
+Where nothing was recorded for longer than a few steps (nvdash was not running, a GPU was lost) the series
+holds a NaN point, so a plot shows a gap instead of a line across it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sqlite3
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from nvdash.history import inventory_json
+from nvdash.history.catalog import METRICS, Kind, Metric, Scope
+from nvdash.history.database import HistoryError, open_database
+from nvdash.history.tiers import TIERS, register_functions
+from nvdash.sampling.records import Inventory
+
+FloatArray = npt.NDArray[np.float64]
+TARGET_POINTS = 1500
+"""About this many points a series, whatever the range: a 7-day view reads thousands, not a million."""
+MAX_POINTS = 20_000
+"""The most buckets a query may ask for with ``step``."""
+GAP_STEPS = 3.0
+"""A silence longer than this many steps (or resolution steps) is drawn as a gap."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """One series: bucket start times (epoch seconds) and the min, mean and max of each bucket."""
+
+    time_s: FloatArray
+    mean: FloatArray
+    minimum: FloatArray
+    maximum: FloatArray
+
+
+@dataclass(frozen=True)
+class HistoryResult:
+    """A query's answer: per metric, per GPU index (``None`` for a host metric), one series."""
+
+    start_s: float
+    end_s: float
+    step_s: float
+    resolution: str
+    """What was read: ``raw``, ``10s`` or ``1m`` (or the Prometheus backend's own name)."""
+    series: dict[str, dict[int | None, Series]]
+
+
+class HistoryBackend(Protocol):
+    """Where past readings come from: the local file, or (for a cluster) Prometheus."""
+
+    def query(self, metrics: Sequence[str], start_s: float, end_s: float,
+              gpus: Sequence[int] | None = None, step_s: float | None = None) -> HistoryResult:
+        """The named metrics over ``[start_s, end_s]``; raises ``ValueError`` for a bad request."""
+        ...
+
+    def extent(self) -> tuple[float, float] | None:
+        """The oldest and newest reading held, ``None`` when empty."""
+        ...
+
+    def describe(self) -> str:
+        """Where the history comes from, for the index page and ``/health``."""
+        ...
+
+
+def check_request(metrics: Sequence[str], start_s: float, end_s: float, step_s: float | None) -> list[Metric]:
+    """The metrics named; raises ``ValueError`` with a one-line message for an unknown one or a bad range."""
+    unknown = [name for name in metrics if name not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric {unknown[0]!r}; known metrics: {', '.join(METRICS)}")
+    if not metrics:
+        raise ValueError("name at least one metric")
+    if not (math.isfinite(start_s) and math.isfinite(end_s)) or start_s >= end_s:
+        raise ValueError("the range's start must be before its end")
+    if step_s is not None and (not math.isfinite(step_s) or step_s <= 0):
+        raise ValueError("step must be a positive number of seconds")
+    if step_s is not None and (end_s - start_s) / step_s > MAX_POINTS:
+        raise ValueError(f"step {step_s:g} s gives more than {MAX_POINTS} points over this range; choose a larger one")
+    return [METRICS[name] for name in metrics]
+
+
+def with_gaps(series: Series, gap_s: float) -> Series:
+    """``series`` with a NaN point after each silence longer than ``gap_s``."""
+    times = series.time_s
+    if len(times) < 2:
+        return series
+    breaks = np.nonzero(np.diff(times) > gap_s)[0]
+    if not len(breaks):
+        return series
+    at = breaks + 1
+    gap_times = times[breaks] + gap_s / GAP_STEPS
+
+    def insert(values: FloatArray, filler: FloatArray | float) -> FloatArray:
+        return np.insert(values, at, filler)
+
+    return Series(insert(times, gap_times), insert(series.mean, math.nan), insert(series.minimum, math.nan),
+                  insert(series.maximum, math.nan))
+
+
+@dataclass(frozen=True)
+class _Source:
+    name: str
+    step_s: float
+    raw: bool
+
+
+class SqliteHistory:
+    """Queries over a history file; each thread reads through its own read-only connection."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's read-only connection to the file (opened on first use)."""
+        return self._connection()
+
+    def _connection(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = open_database(self.path, read_only=True)
+            register_functions(connection)
+            self._local.connection = connection
+        return connection
+
+    def describe(self) -> str:
+        return f"file {self.path}"
+
+    def raw_interval_s(self) -> float:
+        """The newest session's sampling interval (the raw resolution), 1 s when unknown."""
+        row = self._connection().execute(
+            "SELECT interval_s FROM sessions WHERE interval_s > 0 ORDER BY id DESC LIMIT 1").fetchone()
+        return float(row[0]) if row else 1.0
+
+    def inventory_text(self) -> str | None:
+        """The newest session's inventory as stored (JSON), ``None`` when no session was recorded."""
+        row = self._connection().execute("SELECT inventory FROM sessions ORDER BY id DESC LIMIT 1").fetchone()
+        return None if row is None else str(row[0])
+
+    def inventory(self) -> Inventory | None:
+        """The newest session's inventory."""
+        text = self.inventory_text()
+        return None if text is None else inventory_json.loads(text)
+
+    def extent(self) -> tuple[float, float] | None:
+        connection = self._connection()
+        oldest: list[float] = []
+        newest: list[float] = []
+        for table in ("gpu_raw", "host_raw", *(f"{scope}_{tier.name}" for tier in TIERS for scope in ("gpu", "host"))):
+            first, last = connection.execute(f"SELECT min(t), max(t) FROM {table}").fetchone()
+            if first is not None:
+                oldest.append(first)
+                newest.append(last)
+        return (min(oldest), max(newest)) if oldest else None
+
+    def _oldest(self, table: str) -> float | None:
+        row = self._connection().execute(f"SELECT min(t) FROM {table}").fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def _choose(self, scope: Scope, start_s: float, step_s: float) -> _Source:
+        """The coarsest source whose resolution fits in ``step_s`` and that covers ``start_s``."""
+        raw = _Source("raw", self.raw_interval_s(), True)
+        sources = [raw, *(_Source(tier.name, tier.step_s, False) for tier in TIERS)]
+        fitting = [source for source in sources if source.step_s <= step_s] or [raw]
+        oldest = {source.name: self._oldest(f"{scope.value}_{source.name}") for source in fitting}
+        for source in reversed(fitting):
+            first = oldest[source.name]
+            if first is not None and first <= start_s + source.step_s:
+                return source
+        held = [source for source in fitting if oldest[source.name] is not None]
+        if not held:
+            return fitting[-1]
+        return min(reversed(held), key=lambda source: oldest[source.name] or math.inf)
+
+    def query(self, metrics: Sequence[str], start_s: float, end_s: float,
+              gpus: Sequence[int] | None = None, step_s: float | None = None) -> HistoryResult:
+        chosen = check_request(metrics, start_s, end_s, step_s)
+        wanted = step_s if step_s is not None else (end_s - start_s) / TARGET_POINTS
+        result: dict[str, dict[int | None, Series]] = {}
+        resolution = "raw"
+        used_step = wanted
+        for scope in (Scope.GPU, Scope.HOST):
+            group = [metric for metric in chosen if metric.scope is scope]
+            if not group:
+                continue
+            source = self._choose(scope, start_s, wanted)
+            step = max(wanted, source.step_s)
+            if not source.raw:
+                step = math.ceil(step / source.step_s) * source.step_s
+            resolution, used_step = source.name, step
+            result.update(self._read(scope, group, source, start_s=start_s, end_s=end_s,
+                                     step_s=step, gpus=gpus))
+        return HistoryResult(start_s, end_s, used_step, resolution, {name: result[name] for name in metrics})
+
+    def _read(self, scope: Scope, metrics: Sequence[Metric], source: _Source, *, start_s: float, end_s: float,
+              step_s: float, gpus: Sequence[int] | None) -> dict[str, dict[int | None, Series]]:
+        origin = math.floor(start_s / step_s) * step_s
+        selects: list[str] = []
+        for metric in metrics:
+            selects += _aggregates(metric, source.raw)
+        table = f"{scope.value}_{source.name}"
+        key = "gpu" if scope is Scope.GPU else "NULL"
+        sql = (f"SELECT CAST((t - ?) / ? AS INTEGER) AS k, {key} AS g, {', '.join(selects)} FROM {table} "
+               "WHERE t >= ? AND t <= ?")
+        parameters: list[float | int] = [origin, step_s, start_s, end_s]
+        if gpus is not None and scope is Scope.GPU:
+            sql += f" AND gpu IN ({', '.join('?' * len(gpus))})"
+            parameters += list(gpus)
+        sql += " GROUP BY g, k ORDER BY g, k"
+        try:
+            rows = self._connection().execute(sql, parameters).fetchall()
+        except sqlite3.DatabaseError as error:
+            raise HistoryError(f"reading history file {self.path} failed: {error}") from None
+        result: dict[str, dict[int | None, Series]] = {metric.name: {} for metric in metrics}
+        if not rows:
+            return result
+        data = np.array(rows, dtype=np.float64)
+        keys = [row[1] for row in rows]
+        gap_s = GAP_STEPS * max(step_s, source.step_s)
+        bounds = [0, *[i for i in range(1, len(keys)) if keys[i] != keys[i - 1]], len(keys)]
+        for first, last in itertools.pairwise(bounds):
+            block = data[first:last]
+            times = origin + block[:, 0] * step_s
+            gpu = keys[first]
+            for offset, metric in enumerate(metrics):
+                column = 2 + 3 * offset
+                series = Series(times, block[:, column + 1], block[:, column], block[:, column + 2])
+                result[metric.name][None if gpu is None else int(gpu)] = with_gaps(series, gap_s)
+        return result
+
+
+def _aggregates(metric: Metric, raw: bool) -> list[str]:
+    """Three columns per metric: minimum, mean, maximum over a bucket."""
+    if raw:
+        expression = metric.expression
+        if metric.kind is Kind.BITS:
+            return [f"bit_or({expression})"] * 3
+        if metric.kind is Kind.COUNTER:
+            return [f"max({expression})"] * 3
+        return [f"min({expression})", f"avg({expression})", f"max({expression})"]
+    if metric.kind is Kind.BITS:
+        return [f"bit_or({metric.name}_or)"] * 3
+    if metric.kind is Kind.COUNTER:
+        return [f"max({metric.name}_max)"] * 3
+    return [f"min({metric.name}_min)", f"avg({metric.name}_mean)", f"max({metric.name}_max)"]

@@ -1,0 +1,124 @@
+"""The downsampled tiers: how raw readings are rolled up into 10 s and 1 min buckets, and how long each is kept.
+
+Tier choices (8 GPUs at the default 0.5 s interval; sizes measured by ``benchmarks/history.py``):
+
+- raw: every reading, kept 6 h (``RAW_KEEP_S``). Ranges up to 30 min read it directly (3,600 points a series
+  at most), and the CSV export writes it as nvidia-smi logs would.
+- 10 s: min/mean/max per bucket, kept 2 days. A 6 h range is 2,160 buckets; 24 h 8,640.
+- 1 min: min/mean/max per bucket, kept for the whole retention (7 days by default: 10,080 buckets a series).
+
+Both tiers are computed from raw rows, so each bucket's mean is the true mean of its readings. A query groups
+the chosen tier into its own step (see :mod:`nvdash.history.query`), so no range returns more than a few
+thousand points a series. Counters keep their largest value per bucket, flags and bitmasks their OR.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from dataclasses import dataclass
+
+from nvdash.history.catalog import Kind, Metric, Scope, metrics_of
+
+RAW_KEEP_S = 6 * 3600.0
+DAY_S = 86_400.0
+DEFAULT_RETENTION_S = 7 * DAY_S
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One downsampled tier: its table suffix, bucket width and how long its rows are kept."""
+
+    name: str
+    step_s: float
+    keep_s: float | None
+    """Seconds kept before the newest row; ``None``: the whole retention."""
+
+
+TIERS: tuple[Tier, ...] = (Tier("10s", 10.0, 2 * DAY_S), Tier("1m", 60.0, None))
+
+
+def bucket_start(time_s: float, step_s: float) -> float:
+    """The start of the ``step_s`` bucket holding ``time_s``."""
+    return math.floor(time_s / step_s) * step_s
+
+
+def _aggregates(metric: Metric) -> list[str]:
+    expression = metric.expression
+    if metric.kind is Kind.GAUGE:
+        return [f"min({expression})", f"avg({expression})", f"max({expression})"]
+    if metric.kind is Kind.COUNTER:
+        return [f"max({expression})"]
+    return [f"bit_or({expression})"]
+
+
+class BitOr:
+    """SQLite aggregate: the bitwise OR of the non-null integer values, NULL when there are none."""
+
+    def __init__(self) -> None:
+        self.value: int | None = None
+
+    def step(self, value: float | int | None) -> None:
+        if value is not None:
+            self.value = int(value) | (self.value or 0)
+
+    def finalize(self) -> int | None:
+        return self.value
+
+
+def register_functions(connection: sqlite3.Connection) -> None:
+    """Add the aggregates the rollups use to ``connection``."""
+    connection.create_aggregate("bit_or", 1, BitOr)  # type: ignore[arg-type]
+
+
+def rollup_sql(scope: Scope, tier: Tier) -> str:
+    """``INSERT OR REPLACE`` of the tier's buckets computed from raw rows with ``? <= t < ?``."""
+    metrics = metrics_of(scope)
+    columns = [column for metric in metrics for column in metric.tier_columns()]
+    aggregates = [aggregate for metric in metrics for aggregate in _aggregates(metric)]
+    bucket = f"(CAST(t / {tier.step_s} AS INTEGER) * {tier.step_s})"
+    if scope is Scope.GPU:
+        return (f"INSERT OR REPLACE INTO gpu_{tier.name} (t, gpu, n, {', '.join(columns)}) "
+                f"SELECT {bucket} AS b, gpu, count(*), {', '.join(aggregates)} FROM gpu_raw "
+                "WHERE t >= ? AND t < ? GROUP BY b, gpu")
+    return (f"INSERT OR REPLACE INTO host_{tier.name} (t, n, {', '.join(columns)}) "
+            f"SELECT {bucket} AS b, count(*), {', '.join(aggregates)} FROM host_raw "
+            "WHERE t >= ? AND t < ? GROUP BY b")
+
+
+def rollup(connection: sqlite3.Connection, start_s: float, end_s: float) -> None:
+    """Recompute every tier's buckets overlapping ``[start_s, end_s)`` from the raw rows (in a transaction)."""
+    for tier in TIERS:
+        first = bucket_start(start_s, tier.step_s)
+        last = bucket_start(end_s, tier.step_s) + tier.step_s
+        for scope in (Scope.GPU, Scope.HOST):
+            connection.execute(rollup_sql(scope, tier), (first, last))
+    connection.execute(PROCESS_ROLLUP, (bucket_start(start_s, 60.0), bucket_start(end_s, 60.0) + 60.0))
+
+
+PROCESS_ROLLUP = (
+    "INSERT OR REPLACE INTO processes_1m (t, gpu, pid, n, started_s, mig_uuid, kinds, gpu_memory_bytes_max,"
+    " sm_pct_mean, memory_pct_mean, user, command, container_id, pod_namespace, pod_name, container_name,"
+    " slurm_job) SELECT (CAST(t / 60.0 AS INTEGER) * 60.0) AS b, gpu, pid, count(*), max(started_s),"
+    " max(mig_uuid), max(kinds), max(gpu_memory_bytes), avg(sm_pct), avg(memory_pct), max(user), max(command),"
+    " max(container_id), max(pod_namespace), max(pod_name), max(container_name), max(slurm_job) FROM processes"
+    " WHERE t >= ? AND t < ? GROUP BY b, gpu, pid"
+)
+"""The per-minute process tier, from the process readings (one per process and reading)."""
+
+
+def prune(connection: sqlite3.Connection, newest_s: float, retention_s: float) -> int:
+    """Delete rows older than each table's horizon before ``newest_s``; returns how many rows went."""
+    horizons = {
+        "gpu_raw": min(RAW_KEEP_S, retention_s), "host_raw": min(RAW_KEEP_S, retention_s),
+        "nvlink_state": retention_s, "events": retention_s,
+        "processes": min(RAW_KEEP_S, retention_s), "processes_1m": retention_s,
+    }
+    for tier in TIERS:
+        keep = retention_s if tier.keep_s is None else min(tier.keep_s, retention_s)
+        horizons[f"gpu_{tier.name}"] = keep
+        horizons[f"host_{tier.name}"] = keep
+    removed = 0
+    for table, keep in horizons.items():
+        removed += connection.execute(f"DELETE FROM {table} WHERE t < ?", (newest_s - keep,)).rowcount
+    return removed

@@ -1,0 +1,246 @@
+"""The history writer: one thread that takes snapshots and events off a queue and writes them in batches.
+
+The sampler (and the XID thread) only append to an in-memory queue, so a slow or full disk delays history
+writes and never a sweep or a dashboard. Each batch is one transaction; after it, the tiers' buckets it touched
+are recomputed; once a minute, rows older than the retention are deleted and their pages returned for reuse.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nvdash.history import inventory_json
+from nvdash.history.catalog import gpu_raw_columns, gpu_row, host_raw_columns, host_row
+from nvdash.history.database import WriteLock, lock_for_writing, open_database, transaction
+from nvdash.history.tiers import DEFAULT_RETENTION_S, prune, register_functions, rollup
+from nvdash.sampling.records import GpuEvent, GpuSample, Inventory, Snapshot
+from nvdash.sampling.usage_records import Usage
+
+log = logging.getLogger(__name__)
+
+FLUSH_S = 1.0
+"""The longest a reading waits in memory before it is written (what a ``kill -9`` can lose, plus one batch)."""
+PRUNE_EVERY_S = 60.0
+QUEUE_LIMIT = 20_000
+"""Snapshots held while the disk lags (about 3 h at 0.5 s); beyond it the oldest are dropped and counted."""
+
+
+def gpu_insert_sql() -> str:
+    """The ``gpu_raw`` insert; a reading already stored (same time and GPU) is kept, not duplicated."""
+    columns = ("t", "gpu", *gpu_raw_columns(), "error")
+    return f"INSERT OR IGNORE INTO gpu_raw ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+
+
+def _host_insert() -> str:
+    columns = ("t", *host_raw_columns())
+    return f"INSERT OR IGNORE INTO host_raw ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+
+
+PROCESS_INSERT = (
+    "INSERT OR IGNORE INTO processes (t, gpu, pid, started_s, mig_uuid, kinds, gpu_memory_bytes, sm_pct,"
+    " memory_pct, user, command, container_id, pod_namespace, pod_name, container_name, slurm_job)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+EVENT_INSERT = "INSERT INTO events (t, gpu, kind, severity, code, counter, message) VALUES (?, ?, ?, ?, ?, ?, ?)"
+
+
+def gpu_rows(snapshot: Snapshot) -> list[tuple[Any, ...]]:
+    """The ``gpu_raw`` rows of one snapshot."""
+    return [(snapshot.time_s, sample.index, *gpu_row(sample), sample.error) for sample in snapshot.gpus]
+
+
+def process_rows(usage: Usage) -> list[tuple[Any, ...]]:
+    """The ``processes`` rows of one usage reading."""
+    rows = []
+    for process in usage.processes:
+        host = process.host
+        cgroup = host.cgroup if host is not None else None
+        rows.append((
+            usage.time_s, process.gpu_index, process.pid, host.started_s if host else None, process.mig_uuid,
+            ",".join(process.kinds), process.gpu_memory_bytes, process.sm_pct, process.memory_pct,
+            host.user if host else None, host.command if host else None,
+            cgroup.container_id if cgroup else None, process.pod_namespace, process.pod_name,
+            process.container_name, cgroup.slurm_job if cgroup else None,
+        ))
+    return rows
+
+
+def _links_json(sample: GpuSample) -> str:
+    return json.dumps([[link.link, link.active, link.crc_flit_errors, link.crc_data_errors, link.replay_errors,
+                        link.recovery_errors] for link in sample.nvlinks], separators=(",", ":"))
+
+
+@dataclass
+class WriterStats:
+    """What the writer did so far (reported by ``/health``)."""
+
+    snapshots: int = 0
+    events: int = 0
+    batches: int = 0
+    dropped: int = 0
+    errors: int = 0
+    last_error: str | None = None
+    last_batch_ms: float = 0.0
+    max_batch_ms: float = 0.0
+    pruned_rows: int = 0
+    queued: int = 0
+
+
+class HistoryWriter:
+    """Owns the history file for writing: its lock, its one connection and its thread."""
+
+    def __init__(self, path: Path, inventory: Inventory, source: str, interval_s: float, *,
+                 retention_s: float = DEFAULT_RETENTION_S, clock: Any = time.time) -> None:
+        self.path = path
+        self.retention_s = retention_s
+        self._inventory = inventory
+        self._source = source
+        self._interval_s = interval_s
+        self._clock = clock
+        self._snapshots: deque[Snapshot] = deque()
+        self._events: deque[GpuEvent] = deque()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._write_lock: WriteLock | None = None
+        self._connection: sqlite3.Connection | None = None
+        self._links: dict[int, str] = {}
+        self._usage_time: float | None = None
+        self._next_prune = 0.0
+        self.stats = WriterStats()
+
+    def open(self) -> None:
+        """Lock and open the file and record this session; raises ``HistoryError`` with a one-line message."""
+        self._write_lock = lock_for_writing(self.path)
+        try:
+            self._connection = open_database(self.path)
+            register_functions(self._connection)
+            with transaction(self._connection) as connection:
+                connection.execute(
+                    "INSERT INTO sessions (started_s, source, interval_s, inventory) VALUES (?, ?, ?, ?)",
+                    (self._clock(), self._source, self._interval_s, inventory_json.dumps(self._inventory)))
+        except BaseException:
+            self._write_lock.release()
+            raise
+
+    def start(self) -> None:
+        """Open (when not yet) and start the writer thread."""
+        if self._connection is None:
+            self.open()
+        self._thread = threading.Thread(target=self._run, name="nvdash-history", daemon=True)
+        self._thread.start()
+
+    def submit(self, snapshot: Snapshot) -> None:
+        """Queue a snapshot (any thread; never blocks on the disk)."""
+        with self._lock:
+            if len(self._snapshots) >= QUEUE_LIMIT:
+                self._snapshots.popleft()
+                self.stats.dropped += 1
+            self._snapshots.append(snapshot)
+
+    def submit_events(self, events: Iterable[GpuEvent]) -> None:
+        """Queue events (any thread)."""
+        with self._lock:
+            self._events.extend(events)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Write what is queued, stop the thread, close the file and release the lock."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        if self._connection is not None and (self._thread is None or not self._thread.is_alive()):
+            self._connection.close()
+            self._connection = None
+        if self._write_lock is not None:
+            self._write_lock.release()
+
+    def flush(self) -> None:
+        """Write everything queued now, on the calling thread (tests, import, and the thread's own loop)."""
+        with self._lock:
+            snapshots = list(self._snapshots)
+            events = list(self._events)
+            self._snapshots.clear()
+            self._events.clear()
+        self.stats.queued = 0
+        if snapshots or events:
+            self._write(snapshots, events)
+        now = time.monotonic()
+        if now >= self._next_prune and snapshots:
+            self._next_prune = now + PRUNE_EVERY_S
+            self._prune(max(snapshot.time_s for snapshot in snapshots))
+
+    def _write(self, snapshots: Sequence[Snapshot], events: Sequence[GpuEvent]) -> None:
+        assert self._connection is not None
+        started = time.perf_counter()
+        gpu: list[tuple[Any, ...]] = []
+        host: list[tuple[Any, ...]] = []
+        links: list[tuple[Any, ...]] = []
+        processes: list[tuple[Any, ...]] = []
+        for snapshot in snapshots:
+            gpu += gpu_rows(snapshot)
+            host.append((snapshot.time_s, *host_row(snapshot.host)))
+            for sample in snapshot.gpus:
+                if sample.nvlinks:
+                    text = _links_json(sample)
+                    if self._links.get(sample.index) != text:
+                        self._links[sample.index] = text
+                        links.append((snapshot.time_s, sample.index, text))
+            usage = snapshot.usage
+            if usage is not None and usage.time_s != self._usage_time:
+                self._usage_time = usage.time_s
+                processes += process_rows(usage)
+        try:
+            with transaction(self._connection) as connection:
+                connection.executemany(gpu_insert_sql(), gpu)
+                connection.executemany(_host_insert(), host)
+                connection.executemany("INSERT OR IGNORE INTO nvlink_state (t, gpu, links) VALUES (?, ?, ?)", links)
+                connection.executemany(PROCESS_INSERT, processes)
+                connection.executemany(EVENT_INSERT, [
+                    (e.time_s, e.gpu_index, e.kind, e.severity, e.code, e.counter, e.message) for e in events])
+                if snapshots:
+                    rollup(connection, min(s.time_s for s in snapshots), max(s.time_s for s in snapshots))
+        except sqlite3.Error as error:
+            self._failed(error)
+            return
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        self.stats.snapshots += len(snapshots)
+        self.stats.events += len(events)
+        self.stats.batches += 1
+        self.stats.last_batch_ms = elapsed_ms
+        self.stats.max_batch_ms = max(self.stats.max_batch_ms, elapsed_ms)
+
+    def _prune(self, newest_s: float) -> None:
+        assert self._connection is not None
+        try:
+            with transaction(self._connection) as connection:
+                self.stats.pruned_rows += prune(connection, newest_s, self.retention_s)
+            self._connection.execute("PRAGMA incremental_vacuum(256)").fetchall()
+        except sqlite3.Error as error:
+            self._failed(error)
+
+    def _failed(self, error: sqlite3.Error) -> None:
+        self.stats.errors += 1
+        self.stats.last_error = f"{self.path}: {error}"
+        if self.stats.errors == 1 or self.stats.errors % 100 == 0:
+            log.warning("writing history failed (%d so far): %s", self.stats.errors, self.stats.last_error)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._stop.wait(FLUSH_S)
+            try:
+                self.flush()
+            except Exception:
+                self.stats.errors += 1
+                log.exception("the history writer failed")
+        self.flush()
