@@ -11,8 +11,10 @@ import json
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from bokeh.client import pull_session
@@ -27,7 +29,10 @@ def main() -> None:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "nvdash", "--simulate", "dgx-h100", "--port", str(port), "--interval", "0.1"]
+    # History on, as by default, but in a file of its own: a benchmark never writes into the user's history.
+    history = Path(tempfile.mkdtemp(prefix="nvdash-bench-")) / "history.sqlite"
+    command = [sys.executable, "-m", "nvdash", "--simulate", "dgx-h100", "--port", str(port), "--interval", "0.1",
+               "--history", str(history)]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def health(reset: bool = False) -> Any:

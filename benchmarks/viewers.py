@@ -201,6 +201,8 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVDASH_")}
     command = [sys.executable, "-m", "nvdash", "--simulate", "dgx-h100", "--port", str(port)]
     command += ["--interval", str(args.interval)]
+    # History on, as by default, but in a file of its own: a benchmark never writes into the user's history.
+    command += ["--history", str(Path(tempfile.mkdtemp(prefix="nvdash-bench-")) / "history.sqlite")]
     server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     process = psutil.Process(server.pid)
