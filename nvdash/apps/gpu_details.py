@@ -2,7 +2,7 @@
 against their maxima, the clock event reasons as a band under them, and GPM activity where the GPU has it.
 
 One GPU at a time (chosen with the selector or ``?gpu=N``) keeps the page as cheap as one GPU's lines, whatever
-the number of GPUs; switching refills the same renderers from the store.
+the number of GPUs; switching refills the same renderers from the store (or, for a past range, the history).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from bokeh.document import Document
 from bokeh.layouts import gridplot, row
 from bokeh.models import BasicTickFormatter, ColumnDataSource, CustomJSHover, FixedTicker, HoverTool, Range1d, Rect
@@ -31,10 +32,23 @@ from nvdash.apps.figures import (
     timeline_range,
 )
 from nvdash.apps.live import Follower, follow, pause_toggle
-from nvdash.apps.rows import gpu_reading, gpu_value
+from nvdash.apps.rows import FloatArray, gpu_reading, gpu_value, nan_if_none
 from nvdash.apps.theme import apply_theme, request_arguments
-from nvdash.apps.timelines import Panel, Series, add_series_lines, timeline_data
+from nvdash.apps.time_range import TimeRangeControl
+from nvdash.apps.timelines import (
+    HistoryLayers,
+    Panel,
+    Series,
+    add_series_lines,
+    align,
+    all_series,
+    history_data,
+    history_metrics,
+    show_dates_on_long_ranges,
+    timeline_data,
+)
 from nvdash.health.clock_events import REASONS, SW_POWER_CAP, ClockEventReason, describe_reasons
+from nvdash.history.query import HistoryResult
 from nvdash.sampling.records import GpuInfo, GpuSample, Snapshot
 from nvdash.store import Store
 from nvdash.units import format_pct
@@ -52,6 +66,8 @@ BENIGN_COLOR = "#9e9e9e"
 THROTTLE_COLOR = "#d62728"
 POWER_CAP_COLOR = "#ff7f0e"
 GPM_NOT_AVAILABLE = "GPM activity (SM active, tensor, DRAM) is not available on this GPU."
+REASONS_TITLE = "Clock event reasons"
+REASONS_METRIC = "clock_event_reasons"
 
 
 def _constant(value: float | None) -> Callable[[Snapshot], float | None]:
@@ -72,6 +88,24 @@ def _reason_row(index: int, bit: int, row_index: int) -> Callable[[Snapshot], fl
     return read
 
 
+def reason_key(reason: ClockEventReason) -> str:
+    """The source column of one reason's row in the band."""
+    return f"reason/{reason.bit:#x}"
+
+
+def reason_rows(masks: FloatArray, bit: int, row_index: int) -> FloatArray:
+    """The band's y for one reason over past buckets: its row where the bucket's OR has the bit, else NaN."""
+    known = np.isfinite(masks)
+    bits = np.where(known, masks, 0).astype(np.int64)
+    return np.where(known & (bits & bit != 0), float(row_index), np.nan)
+
+
+def detail_constants(info: GpuInfo) -> dict[str, float | None]:
+    """The GPU's fixed limits drawn as dashed lines, by column."""
+    return {"slowdown": info.temperature_slowdown_c, "shutdown": info.temperature_shutdown_c,
+            "sm_max": info.clock_sm_max_mhz, "mem_max": info.clock_memory_max_mhz}
+
+
 def _reason_color(reason: ClockEventReason) -> str:
     if reason.benign:
         return BENIGN_COLOR
@@ -85,36 +119,44 @@ def _line(key: str, legend: str, color: str, value: Callable[[Snapshot], float |
 def detail_panels(info: GpuInfo) -> tuple[Panel, ...]:
     """The timeline panels of one GPU; the column names are the same for every GPU, so switching refills them."""
     i = info.index
+    limits = detail_constants(info)
 
-    def metric(read: Callable[[GpuSample], float | None]) -> Callable[[Snapshot], float | None]:
-        return gpu_value(i, read)
+    def line(key: str, legend: str, color: str, read: Callable[[GpuSample], float | None], metric: str, *,
+             dash: str = "solid") -> Series:
+        return Series(key, legend, legend, color, gpu_value(i, read), i, dash, metric)
+
+    def limit(key: str, legend: str, color: str) -> Series:
+        return _line(key, legend, color, _constant(limits[key]), "dashed")
 
     return (
         Panel("Temperature", "temperature", Unit.CELSIUS, (
-            _line("temp", "GPU", GPU_COLOR, metric(lambda s: s.temperature_c)),
-            _line("mem_temp", "memory", MEMORY_COLOR, metric(lambda s: s.memory_temperature_c)),
-            _line("slowdown", "slowdown", LIMIT_COLOR, _constant(info.temperature_slowdown_c), "dashed"),
-            _line("shutdown", "shutdown", SHUTDOWN_COLOR, _constant(info.temperature_shutdown_c), "dashed"),
+            line("temp", "GPU", GPU_COLOR, lambda s: s.temperature_c, "temperature_c"),
+            line("mem_temp", "memory", MEMORY_COLOR, lambda s: s.memory_temperature_c, "memory_temperature_c"),
+            limit("slowdown", "slowdown", LIMIT_COLOR),
+            limit("shutdown", "shutdown", SHUTDOWN_COLOR),
         ), what="series", value="temperature"),
         Panel("Power", "power", Unit.WATTS, (
-            _line("power", "power draw", GPU_COLOR, metric(lambda s: s.power_w)),
-            _line("power_limit", "enforced limit", LIMIT_COLOR, metric(lambda s: s.power_limit_w), "dashed"),
+            line("power", "power draw", GPU_COLOR, lambda s: s.power_w, "power_w"),
+            line("power_limit", "enforced limit", LIMIT_COLOR, lambda s: s.power_limit_w, "power_limit_w",
+                 dash="dashed"),
         ), what="series", value="power"),
         Panel("Clocks", "clock", Unit.MHZ, (
-            _line("sm_clock", "SM", GPU_COLOR, metric(lambda s: s.clock_sm_mhz)),
-            _line("mem_clock", "memory", MEMORY_COLOR, metric(lambda s: s.clock_memory_mhz)),
-            _line("sm_max", "SM max", GPU_COLOR, _constant(info.clock_sm_max_mhz), "dashed"),
-            _line("mem_max", "memory max", MEMORY_COLOR, _constant(info.clock_memory_max_mhz), "dashed"),
+            line("sm_clock", "SM", GPU_COLOR, lambda s: s.clock_sm_mhz, "clock_sm_mhz"),
+            line("mem_clock", "memory", MEMORY_COLOR, lambda s: s.clock_memory_mhz, "clock_memory_mhz"),
+            limit("sm_max", "SM max", GPU_COLOR),
+            limit("mem_max", "memory max", MEMORY_COLOR),
         ), what="series", value="clock"),
-        Panel("Clock event reasons", "", Unit.PCT, tuple(
-            _line(f"reason/{reason.bit:#x}", reason.name, _reason_color(reason), _reason_row(i, reason.bit, row_index))
+        Panel(REASONS_TITLE, "", Unit.PCT, tuple(
+            Series(reason_key(reason), reason.name, reason.name, _reason_color(reason),
+                   _reason_row(i, reason.bit, row_index), i, metric=REASONS_METRIC)
             for row_index, reason in enumerate(REASONS)
         )),
         Panel("GPM activity", "activity", Unit.PCT, (
-            _line("gpm_sm", "SM active", GPU_COLOR, metric(lambda s: s.gpm_sm_active_pct)),
-            _line("gpm_occupancy", "SM occupancy", "#17becf", metric(lambda s: s.gpm_sm_occupancy_pct)),
-            _line("gpm_tensor", "tensor active", "#2ca02c", metric(lambda s: s.gpm_tensor_active_pct)),
-            _line("gpm_dram", "DRAM active", MEMORY_COLOR, metric(lambda s: s.gpm_dram_active_pct)),
+            line("gpm_sm", "SM active", GPU_COLOR, lambda s: s.gpm_sm_active_pct, "gpm_sm_active_pct"),
+            line("gpm_occupancy", "SM occupancy", "#17becf", lambda s: s.gpm_sm_occupancy_pct,
+                 "gpm_sm_occupancy_pct"),
+            line("gpm_tensor", "tensor active", "#2ca02c", lambda s: s.gpm_tensor_active_pct, "gpm_tensor_active_pct"),
+            line("gpm_dram", "DRAM active", MEMORY_COLOR, lambda s: s.gpm_dram_active_pct, "gpm_dram_active_pct"),
         ), 100.0, what="series", value="activity"),
     )
 
@@ -156,28 +198,35 @@ def selected_index(arguments: Any, gpus: Sequence[GpuInfo]) -> int | None:
     return gpus[0].index if gpus else None
 
 
-def _reasons_figure(fig: figure, panel: Panel, source: ColumnDataSource, interval_ms: float) -> list[DataRenderer]:
-    """Turn a timeline figure into the band: one row per reason, a block for each reading with its bit set."""
+def _reasons_figure(fig: figure, panel: Panel, source: ColumnDataSource, interval_ms: float) -> list[Rect]:
+    """Turn a timeline figure into the band: one row per reason, a block for each reading with its bit set.
+
+    Returns the blocks' glyphs, whose width a past range sets to its step.
+    """
     fig.y_range = Range1d(start=-0.6, end=len(panel.series) - 0.4)
     fig.yaxis.ticker = FixedTicker(ticks=list(range(len(panel.series))))
     fig.yaxis.formatter = BasicTickFormatter()
     fig.yaxis.major_label_overrides = {float(i): series.legend for i, series in enumerate(panel.series)}
     fig.yaxis.axis_label = None
     fig.ygrid.grid_line_color = None
+    glyphs = [Rect(x="time", y=series.key, width=interval_ms, height=0.7, fill_color=series.color, line_color=None)
+              for series in panel.series]
     renderers: list[DataRenderer] = [
-        fig.add_glyph(source, Rect(x="time", y=series.key, width=interval_ms, height=0.7, fill_color=series.color,
-                                   line_color=None), name=series.legend, nonselection_glyph=None, muted_glyph=None)
-        for series in panel.series
+        fig.add_glyph(source, glyph, name=series.legend, nonselection_glyph=None, muted_glyph=None)
+        for series, glyph in zip(panel.series, glyphs, strict=True)
     ]
     meanings = {reason.name: f"{reason.name}: {reason.meaning}" for reason in REASONS}
     fig.add_tools(HoverTool(renderers=renderers, tooltips=[("reason", "$name{meaning}")],
                             formatters={"$name": CustomJSHover(args={"meanings": meanings},
                                                                code="return meanings[value] ?? value;")}))
-    return renderers
+    return glyphs
 
 
 class DetailsView:
-    """The page's source, figures and selector for the GPU shown; ``switch`` refills them for another GPU."""
+    """The page's source, figures and selector for the GPU shown; ``switch`` refills them for another GPU.
+
+    Live, it streams the store's rows; for a past range (its ``control``) it shows the history's buckets.
+    """
 
     def __init__(self, store: Store, info: GpuInfo, interval_s: float, dark: bool) -> None:
         self.store = store
@@ -187,22 +236,34 @@ class DetailsView:
         self.source = ColumnDataSource(data=self.data(rows))
         self.header = Div(text="", sizing_mode="stretch_width", styles={"color": text_color(dark)})
         self.gpm_note = Div(text=GPM_NOT_AVAILABLE, sizing_mode="stretch_width", styles={"color": text_color(dark)})
-        x_range = timeline_range()
+        self.x_range = timeline_range()
+        self.block_ms = interval_s * 1000.0 * BLOCK_WIDTH
         self.figures: list[figure] = []
+        self.blocks: list[Rect] = []
+        plots = []
         for panel in self.panels:
-            fig = timeline_figure(panel.title, panel.y_label, panel.unit, x_range, panel.y_max)
-            if panel.title == "Clock event reasons":
-                _reasons_figure(fig, panel, self.source, interval_s * 1000.0 * BLOCK_WIDTH)
+            fig = timeline_figure(panel.title, panel.y_label, panel.unit, self.x_range, panel.y_max)
+            show_dates_on_long_ranges(fig)
+            if panel.title == REASONS_TITLE:
+                self.blocks = _reasons_figure(fig, panel, self.source, self.block_ms)
             else:
                 lines = add_series_lines(fig, self.source, panel.series)
                 add_legend_above(fig, [legend_item(series.legend, line) for series, line in
                                        zip(panel.series, lines, strict=True)])
                 add_timeline_hover(fig, lines, {series.key: series.legend for series in panel.series},
                                    what=panel.what, value=panel.value, unit=panel.unit)
+                plots.append((fig, panel.series, lines))
             self.figures.append(fig)
+        self.layers = HistoryLayers(plots)
         self.gpm_figure = self.figures[-1]
         self.follower: Follower | None = None
+        self.control: TimeRangeControl | None = None
         self.show(rows[-1] if rows else None)
+
+    @property
+    def following(self) -> bool:
+        """Whether new rows are streamed (not while a past range is shown)."""
+        return self.control is None or self.control.live
 
     def data(self, rows: Sequence[Snapshot]) -> DataDict:
         """The columns of ``rows`` for the GPU shown."""
@@ -218,19 +279,49 @@ class DetailsView:
         self.gpm_note.visible = not self.info.gpm_supported
 
     def on_rows(self, rows: Sequence[Snapshot]) -> None:
-        """Stream the new rows, keeping as many as the store does."""
-        self.source.stream(self.data(rows), rollover=self.store.capacity)
+        """Stream the new rows (Live only), keeping as many as the store does; the header always follows."""
+        if self.following:
+            self.source.stream(self.data(rows), rollover=self.store.capacity)
         self.show(rows[-1])
 
     def switch(self, info: GpuInfo) -> None:
-        """Show ``info``'s GPU: same renderers, its own readers and thresholds, backfilled from the store."""
+        """Show ``info``'s GPU: same renderers, its own readers and thresholds, refilled for the range shown."""
         self.info = info
         self.panels = detail_panels(info)
+        rows, _ = self.store.since(0)
+        self.show(rows[-1] if rows else None)
+        if self.following:
+            self.show_live()
+        elif self.control is not None:
+            self.control.reload()
+
+    def history_request(self) -> tuple[list[str], list[int] | None]:
+        return history_metrics(all_series(self.panels)), [self.info.index]
+
+    def show_live(self) -> None:
         rows, seq = self.store.since(0)
         if self.follower is not None:
             self.follower.seq = seq
         self.source.data = self.data(rows)
-        self.show(rows[-1] if rows else None)
+        self._set_block_width(self.block_ms)
+        self.layers.clear()
+
+    def show_history(self, result: HistoryResult) -> None:
+        """Bucket means and bands; the limits across the whole range; a reason's block where a bucket's OR has it."""
+        times, aligned = align(result, all_series(self.panels), edges=True)
+        data = history_data(times, aligned, self.panels)
+        for key, limit in detail_constants(self.info).items():
+            data[key] = np.full(len(times), nan_if_none(limit))
+        for row_index, reason in enumerate(REASONS):
+            key = reason_key(reason)
+            data[key] = reason_rows(np.asarray(data[key], dtype=np.float64), reason.bit, row_index)
+        self.source.data = data
+        self._set_block_width(result.step_s * 1000.0)
+        self.layers.show(times, aligned, result)
+
+    def _set_block_width(self, width_ms: float) -> None:
+        for glyph in self.blocks:
+            glyph.width = width_ms
 
 
 def _no_gpu(doc: Document, ctx: AppContext, dark: bool) -> None:
@@ -242,7 +333,7 @@ def _no_gpu(doc: Document, ctx: AppContext, dark: bool) -> None:
 
 
 def build(doc: Document, ctx: AppContext) -> None:
-    """The selected GPU's timelines, backfilled from the store and streamed as new rows arrive."""
+    """The selected GPU's timelines: Live (backfilled from the store, then streamed) or a past range."""
     dark = apply_theme(doc)
     gpus = ctx.store.inventory.gpus
     index = selected_index(request_arguments(doc), gpus)
@@ -260,8 +351,10 @@ def build(doc: Document, ctx: AppContext) -> None:
 
     select.on_change("value", selected)
     pause = pause_toggle()
+    view.control = TimeRangeControl(doc, ctx, view, view.x_range, pause=pause, dark=dark)
     view.follower = follow(doc, ctx, view.seq, view.on_rows, pause)
     grid = gridplot([[fig] for fig in view.figures], sizing_mode="stretch_both", merge_tools=True,
                     toolbar_location="right")
-    controls = row(select, pause, view.header, sizing_mode="stretch_width")
-    add_page(doc, TITLE, controls, view.gpm_note, grid, dark=dark)
+    controls = row(select, *view.control.widgets(), sizing_mode="stretch_width")
+    add_page(doc, TITLE, controls, view.header, view.gpm_note, grid, dark=dark)
+    view.control.open()

@@ -18,12 +18,13 @@ def build(doc: Document, ctx: AppContext) -> None:
     nvlink_gpus = [gpu for gpu in gpus if gpu.has_nvlink]
     panels = [
         Panel("Utilization", "utilization", Unit.PCT,
-              gpu_series("util", gpus, lambda s: s.utilization_pct), 100.0, value="utilization"),
+              gpu_series("util", gpus, lambda s: s.utilization_pct, "utilization_pct"), 100.0, value="utilization"),
         Panel("Memory used", "memory used", Unit.BYTES,
-              gpu_series("mem", gpus, lambda s: s.memory_used_bytes),
+              gpu_series("mem", gpus, lambda s: s.memory_used_bytes, "memory_used_bytes"),
               largest(gpu.memory_total_bytes for gpu in gpus), value="used"),
         Panel("PCIe throughput (TX + RX)", "PCIe TX + RX", Unit.RATE,
-              gpu_series("pcie", gpus, lambda s: total(s.pcie_tx_bytes_per_s, s.pcie_rx_bytes_per_s)),
+              gpu_series("pcie", gpus, lambda s: total(s.pcie_tx_bytes_per_s, s.pcie_rx_bytes_per_s),
+                         "pcie_bytes_per_s"),
               largest(None if m is None else 2 * m for m in (gpu.pcie_max_bytes_per_s for gpu in gpus)),
               value="TX + RX"),
     ]
@@ -31,7 +32,8 @@ def build(doc: Document, ctx: AppContext) -> None:
         panels.append(
             Panel("NVLink throughput (TX + RX)", "NVLink TX + RX", Unit.RATE,
                   gpu_series("nvlink", nvlink_gpus,
-                             lambda s: total(s.nvlink_tx_bytes_per_s, s.nvlink_rx_bytes_per_s)),
+                             lambda s: total(s.nvlink_tx_bytes_per_s, s.nvlink_rx_bytes_per_s),
+                             "nvlink_bytes_per_s"),
                   largest(None if m is None else 2 * m
                           for m in (gpu.nvlink_max_bytes_per_s for gpu in nvlink_gpus)),
                   value="TX + RX")

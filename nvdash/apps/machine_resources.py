@@ -14,11 +14,13 @@ from nvdash.sampling.records import HostSample, Snapshot
 TITLE = "Machine Resources"
 
 
-def _host(key: str, legend: str, color: str, metric: Callable[[HostSample], float | None]) -> Series:
-    def read(snapshot: Snapshot) -> float | None:
-        return metric(snapshot.host)
+def _host(key: str, legend: str, color: str, read: Callable[[HostSample], float | None], metric: str) -> Series:
+    """A host line: ``read`` live, history ``metric`` for a past range."""
 
-    return Series(key, legend, legend, color, read)
+    def value(snapshot: Snapshot) -> float | None:
+        return read(snapshot.host)
+
+    return Series(key, legend, legend, color, value, metric=metric)
 
 
 def build(doc: Document, ctx: AppContext) -> None:
@@ -26,16 +28,18 @@ def build(doc: Document, ctx: AppContext) -> None:
     host = ctx.store.inventory.host
     build_timelines(doc, ctx, TITLE, [
         Panel(f"CPU ({host.cpu_count} logical cores)", "CPU", Unit.PCT,
-              (_host("cpu", "CPU", TX_COLOR, lambda h: h.cpu_pct),), 100.0, what="series", value="busy"),
+              (_host("cpu", "CPU", TX_COLOR, lambda h: h.cpu_pct, "host_cpu_pct"),), 100.0,
+              what="series", value="busy"),
         Panel("Memory used", "memory used", Unit.BYTES,
-              (_host("memory", "used", "#2ca02c", lambda h: h.memory_used_bytes),),
+              (_host("memory", "used", "#2ca02c", lambda h: h.memory_used_bytes, "host_memory_used_bytes"),),
               float(host.memory_total_bytes), what="series", value="used"),
         Panel("Disk", "disk rate", Unit.RATE,
-              (_host("disk_read", "read", TX_COLOR, lambda h: h.disk_read_bytes_per_s),
-               _host("disk_write", "write", RX_COLOR, lambda h: h.disk_write_bytes_per_s)),
+              (_host("disk_read", "read", TX_COLOR, lambda h: h.disk_read_bytes_per_s, "host_disk_read_bytes_per_s"),
+               _host("disk_write", "write", RX_COLOR, lambda h: h.disk_write_bytes_per_s,
+                     "host_disk_write_bytes_per_s")),
               what="series", value="rate"),
         Panel("Network", "network rate", Unit.RATE,
-              (_host("net_recv", "received", TX_COLOR, lambda h: h.net_recv_bytes_per_s),
-               _host("net_sent", "sent", RX_COLOR, lambda h: h.net_sent_bytes_per_s)),
+              (_host("net_recv", "received", TX_COLOR, lambda h: h.net_recv_bytes_per_s, "host_net_recv_bytes_per_s"),
+               _host("net_sent", "sent", RX_COLOR, lambda h: h.net_sent_bytes_per_s, "host_net_sent_bytes_per_s")),
               what="series", value="rate"),
     ])

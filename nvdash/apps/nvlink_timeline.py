@@ -17,8 +17,10 @@ def build(doc: Document, ctx: AppContext) -> None:
     gpus = [gpu for gpu in ctx.store.inventory.gpus if gpu.has_nvlink]
     maximum = largest(gpu.nvlink_max_bytes_per_s for gpu in gpus)
     build_timelines(doc, ctx, TITLE, [
-        Panel("NVLink TX", "TX", Unit.RATE, gpu_series("tx", gpus, lambda s: s.nvlink_tx_bytes_per_s),
+        Panel("NVLink TX", "TX", Unit.RATE, gpu_series("tx", gpus, lambda s: s.nvlink_tx_bytes_per_s,
+                                                        "nvlink_tx_bytes_per_s"),
               maximum, value="TX"),
-        Panel("NVLink RX", "RX", Unit.RATE, gpu_series("rx", gpus, lambda s: s.nvlink_rx_bytes_per_s),
+        Panel("NVLink RX", "RX", Unit.RATE, gpu_series("rx", gpus, lambda s: s.nvlink_rx_bytes_per_s,
+                                                      "nvlink_rx_bytes_per_s"),
               maximum, value="RX"),
     ])

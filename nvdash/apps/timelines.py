@@ -1,15 +1,19 @@
-"""Stacked, x-aligned live timelines: backfilled from the store, then streamed with rollover."""
+"""Stacked, x-aligned timelines: live (backfilled from the store, then streamed with rollover) or, chosen with
+the time range control, a past range from the history (bucket means as lines over min-max bands)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
 from bokeh.core.properties import value
 from bokeh.document import Document
-from bokeh.layouts import gridplot
-from bokeh.models import ColumnDataSource, Line
+from bokeh.layouts import gridplot, row
+from bokeh.models import ColumnDataSource, CustomJSTickFormatter, Line, VBar
 from bokeh.models.annotations import LegendItem
 from bokeh.models.renderers import DataRenderer, GlyphRenderer
 from bokeh.plotting import figure
@@ -27,10 +31,14 @@ from nvdash.apps.figures import (
     timeline_figure,
     timeline_range,
 )
-from nvdash.apps.live import follow, pause_toggle
-from nvdash.apps.rows import column, gpu_sample, gpu_value, time_ms
+from nvdash.apps.live import Follower, follow, pause_toggle
+from nvdash.apps.rows import FloatArray, column, gpu_sample, gpu_value, time_ms
 from nvdash.apps.theme import apply_theme
+from nvdash.apps.time_range import TimeRangeControl
+from nvdash.history.query import HistoryResult
+from nvdash.history.query import Series as HistorySeries
 from nvdash.sampling.records import GpuInfo, GpuSample, Snapshot
+from nvdash.store import Store
 
 if TYPE_CHECKING:
     from bokeh.models.sources import DataDict
@@ -49,6 +57,8 @@ class Series:
     """The GPU the line belongs to, so its legend can say when that GPU is lost."""
     dash: str = "solid"
     """The line's dash pattern (limits and thresholds are dashed)."""
+    metric: str | None = None
+    """The history metric (``nvdash.history.catalog.METRICS``) drawn for a past range; ``None``: nothing there."""
 
 
 @dataclass(frozen=True)
@@ -67,12 +77,12 @@ class Panel:
 
 
 def gpu_series(
-    key: str, gpus: Iterable[GpuInfo], metric: Callable[[GpuSample], float | None]
+    key: str, gpus: Iterable[GpuInfo], read: Callable[[GpuSample], float | None], metric: str | None = None
 ) -> tuple[Series, ...]:
-    """One line per GPU, coloured by GPU index, reading ``metric``."""
+    """One line per GPU, coloured by GPU index, reading ``read`` live and history ``metric`` for a past range."""
     return tuple(
         Series(f"{key}/{gpu.index}", gpu_label(gpu), gpu_description(gpu), gpu_color(gpu.index),
-               gpu_value(gpu.index, metric), gpu.index)
+               gpu_value(gpu.index, read), gpu.index, metric=metric)
         for gpu in gpus
     )
 
@@ -96,6 +106,154 @@ def add_series_lines(fig: figure, source: ColumnDataSource, series: Sequence[Ser
     ]
 
 
+RANGE_TICKS_JS = """
+const moment = new Date(tick);
+const span = ticks.length > 1 ? Math.abs(ticks[ticks.length - 1] - ticks[0]) : 0;
+if (span < 12 * 3600e3) {
+  return moment.toLocaleTimeString([], {hour12: false});
+}
+const day = moment.toLocaleDateString([], {month: "short", day: "numeric"});
+return day + " " + moment.toLocaleTimeString([], {hour12: false, hour: "2-digit", minute: "2-digit"});
+"""
+"""Local time ticks as Live shows them; with the date once the axis spans half a day or more (a past range)."""
+
+BAND_ALPHA = 0.2
+BAND_MIN = ":min"
+BAND_MAX = ":max"
+BANDS_NAME = "history bands"
+ENDS_NAME = "history range ends"
+
+
+def show_dates_on_long_ranges(fig: figure) -> None:
+    """Give ``fig``'s time axis :data:`RANGE_TICKS_JS` ticks."""
+    fig.xaxis.formatter = CustomJSTickFormatter(code=RANGE_TICKS_JS)
+
+
+def history_metrics(series: Iterable[Series]) -> list[str]:
+    """The history metrics of ``series``, each once, in order."""
+    return list(dict.fromkeys(item.metric for item in series if item.metric is not None))
+
+
+def all_series(panels: Sequence[Panel]) -> list[Series]:
+    """Every series of every panel."""
+    return [item for panel in panels for item in panel.series]
+
+
+def _nan(size: int) -> FloatArray:
+    return np.full(size, math.nan)
+
+
+def _with_edges(times: FloatArray, result: HistoryResult) -> FloatArray:
+    """``times`` between the range's ends (or the outer buckets' centres, where those lie beyond them)."""
+    start_ms, end_ms = result.start_s * 1000.0, result.end_s * 1000.0
+    first = min(start_ms, float(times[0])) if len(times) else start_ms
+    last = max(end_ms, float(times[-1])) if len(times) else end_ms
+    return np.concatenate([[first], times, [last]]).astype(np.float64)
+
+
+def align(result: HistoryResult, series: Iterable[Series], *, edges: bool = False
+          ) -> tuple[FloatArray, dict[str, HistorySeries]]:
+    """Every series' buckets on one time axis (bucket centres, epoch ms); a series lacking a bucket is NaN there.
+
+    Returns the axis and, per series key, its mean, minimum and maximum on it (a page's metrics share one scope,
+    so one step). With ``edges`` the axis also starts and ends at the range's ends (NaN there), so a line drawn
+    on it spans the whole range.
+    """
+    step = result.step_s
+    origin = math.floor(result.start_s / step) * step
+    found: dict[str, tuple[npt.NDArray[np.int64], HistorySeries]] = {}
+    for item in series:
+        held = None if item.metric is None else result.series.get(item.metric, {}).get(item.gpu)
+        if held is not None and len(held.time_s):
+            found[item.key] = (np.rint((held.time_s - origin) / step).astype(np.int64), held)
+    buckets = np.unique(np.concatenate([keys for keys, _ in found.values()])) if found else np.zeros(0, np.int64)
+    times: FloatArray = np.asarray((origin + (buckets + 0.5) * step) * 1000.0, dtype=np.float64)
+    if edges:
+        times = _with_edges(times, result)
+    lead = 1 if edges else 0
+    aligned: dict[str, HistorySeries] = {}
+    for key, (keys, held) in found.items():
+        at = np.searchsorted(buckets, keys) + lead
+        columns = [_nan(len(times)) for _ in range(3)]
+        for target, values in zip(columns, (held.mean, held.minimum, held.maximum), strict=True):
+            target[at] = values
+        aligned[key] = HistorySeries(times / 1000.0, *columns)
+    return times, aligned
+
+
+def history_data(times: FloatArray, aligned: dict[str, HistorySeries], panels: Sequence[Panel]) -> DataDict:
+    """Line columns for a past range: ``time`` and each series' bucket means (NaN: no reading, or no metric)."""
+    data: DataDict = {"time": times}
+    for item in all_series(panels):
+        held = aligned.get(item.key)
+        data[item.key] = held.mean if held is not None else _nan(len(times))
+    return data
+
+
+class HistoryLayers:
+    """What a past range adds to a page's plots: a translucent min-max block per bucket under each line, and two
+    invisible points at the range's ends so the shared x axis spans the whole range.
+
+    Made on first use, so a page that stays Live carries none of it; emptied again in Live.
+    """
+
+    def __init__(self, plots: Sequence[tuple[figure, Sequence[Series], Sequence[GlyphRenderer[Any]]]]) -> None:
+        self.plots = [(fig, series, lines) for fig, series, lines in plots if series]
+        self.keys = [item.key for _, series, _ in self.plots for item in series if item.metric is not None]
+        self.bands: ColumnDataSource | None = None
+        self.ends: ColumnDataSource | None = None
+        self.glyphs: list[VBar] = []
+
+    def _empty(self) -> DataDict:
+        data: DataDict = {"time": _nan(0)}
+        for key in self.keys:
+            data[key + BAND_MIN] = _nan(0)
+            data[key + BAND_MAX] = _nan(0)
+        return data
+
+    def _make(self) -> tuple[ColumnDataSource, ColumnDataSource]:
+        bands = ColumnDataSource(data=self._empty(), name=BANDS_NAME)
+        ends = ColumnDataSource(data={"time": _nan(0), "zero": _nan(0)}, name=ENDS_NAME)
+        for fig, series, lines in self.plots:
+            made: list[GlyphRenderer[Any]] = []
+            for item, line in zip(series, lines, strict=True):
+                if item.metric is None:
+                    continue
+                glyph = VBar(x="time", width=1.0, bottom=item.key + BAND_MIN, top=item.key + BAND_MAX,
+                             fill_color=item.color, fill_alpha=BAND_ALPHA, line_color=None)
+                band = fig.add_glyph(bands, glyph, name=item.key + " band", visible=line.visible,
+                                     nonselection_glyph=None, muted_glyph=None)
+                line.js_link("visible", band, "visible")  # hidden with its line from the legend
+                self.glyphs.append(glyph)
+                made.append(band)
+            under = {id(band) for band in made}
+            fig.renderers = [*made, *(r for r in fig.renderers if id(r) not in under)]
+        if self.plots:
+            self.plots[0][0].add_glyph(ends, Line(x="time", y="zero", line_alpha=0.0), name=ENDS_NAME,
+                                       nonselection_glyph=None, muted_glyph=None)
+        return bands, ends
+
+    def show(self, times: FloatArray, aligned: dict[str, HistorySeries], result: HistoryResult) -> None:
+        """The bands of ``aligned`` (blocks one step wide) and the range's ends."""
+        if self.bands is None or self.ends is None:
+            self.bands, self.ends = self._make()
+        data: DataDict = {"time": times}
+        for key in self.keys:
+            held = aligned.get(key)
+            data[key + BAND_MIN] = held.minimum if held is not None else _nan(len(times))
+            data[key + BAND_MAX] = held.maximum if held is not None else _nan(len(times))
+        for glyph in self.glyphs:
+            glyph.width = result.step_s * 1000.0
+        self.bands.data = data
+        self.ends.data = {"time": np.array([result.start_s, result.end_s]) * 1000.0, "zero": np.zeros(2)}
+
+    def clear(self) -> None:
+        """Nothing drawn (Live)."""
+        if self.bands is not None and self.ends is not None:
+            self.bands.data = self._empty()
+            self.ends.data = {"time": _nan(0), "zero": _nan(0)}
+
+
 class _LostLegends:
     """Appends ``(lost)`` to the legend entries of GPUs whose newest sample says they are lost."""
 
@@ -117,11 +275,75 @@ class _LostLegends:
                     item.label = value(f"{legend} (lost)" if lost else legend)
 
 
+class TimelineView:
+    """A page's shared line source: live from the store, or a past range for its time range control."""
+
+    def __init__(self, store: Store, panels: Sequence[Panel], source: ColumnDataSource, layers: HistoryLayers,
+                 legends: _LostLegends) -> None:
+        self.store = store
+        self.panels = panels
+        self.source = source
+        self.layers = layers
+        self.legends = legends
+        self.follower: Follower | None = None
+        self.control: TimeRangeControl | None = None
+
+    @property
+    def following(self) -> bool:
+        """Whether new rows are streamed (not while a past range is shown)."""
+        return self.control is None or self.control.live
+
+    def on_rows(self, new: Sequence[Snapshot]) -> None:
+        """Stream the new rows in Live; the legends follow the newest reading either way."""
+        if self.following:
+            self.source.stream(timeline_data(new, self.panels), rollover=self.store.capacity)
+        self.legends.update(new[-1])
+
+    def history_request(self) -> tuple[list[str], list[int] | None]:
+        return history_metrics(all_series(self.panels)), None
+
+    def show_live(self) -> None:
+        rows, seq = self.store.since(0)
+        if self.follower is not None:
+            self.follower.seq = seq
+        self.source.data = timeline_data(rows, self.panels)
+        self.layers.clear()
+        self.legends.update(rows[-1] if rows else None)
+
+    def show_history(self, result: HistoryResult) -> None:
+        times, aligned = align(result, all_series(self.panels))
+        self.source.data = history_data(times, aligned, self.panels)
+        self.layers.show(times, aligned, result)
+
+
+def _add_plot(fig: figure, panel: Panel, source: ColumnDataSource, items: dict[str, LegendItem],
+              legends: _LostLegends) -> list[GlyphRenderer[Any]]:
+    """The panel's lines, legend (labels new to the page) and hover on ``fig``; returns the lines."""
+    lines = add_series_lines(fig, source, panel.series)
+    new_items = []
+    for series, line in zip(panel.series, lines, strict=True):
+        item = items.get(series.legend)
+        if item is None:
+            item = items[series.legend] = legend_item(series.legend, line)
+            legends.add(series, item)
+            new_items.append(item)
+        else:
+            item.renderers.append(line)
+    per_gpu = any(series.gpu is not None for series in panel.series)
+    if len(new_items) > 1 or (new_items and per_gpu):
+        add_legend_above(fig, new_items)
+    labels = {series.key: series.description for series in panel.series}
+    renderers: list[DataRenderer] = list(lines)
+    add_timeline_hover(fig, renderers, labels, what=panel.what, value=panel.value, unit=panel.unit)
+    return lines
+
+
 def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence[Panel]) -> ColumnDataSource:
     """Fill ``doc`` with one plot per panel over a single shared source; returns that source.
 
     A legend is shown once per label, above the first plot that has it (the GPUs' above the first plot);
     clicking an entry hides that series in every plot. A panel with a single new host series has none.
+    A time range control above the plots switches between Live and a past range.
     """
     dark = apply_theme(doc)
     rows, seq = ctx.store.since(0)
@@ -130,34 +352,19 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
     legends = _LostLegends()
     items: dict[str, LegendItem] = {}
     figures = []
+    plots = []
     for panel in panels:
         fig = timeline_figure(panel.title, panel.y_label, panel.unit, x_range, panel.y_max)
-        renderers: list[DataRenderer] = []
-        new_items = []
-        for series, line in zip(panel.series, add_series_lines(fig, source, panel.series), strict=True):
-            renderers.append(line)
-            item = items.get(series.legend)
-            if item is None:
-                item = items[series.legend] = legend_item(series.legend, line)
-                legends.add(series, item)
-                new_items.append(item)
-            else:
-                item.renderers.append(line)
-        per_gpu = any(series.gpu is not None for series in panel.series)
-        if len(new_items) > 1 or (new_items and per_gpu):
-            add_legend_above(fig, new_items)
-        labels = {series.key: series.description for series in panel.series}
-        add_timeline_hover(fig, renderers, labels, what=panel.what, value=panel.value, unit=panel.unit)
+        show_dates_on_long_ranges(fig)
+        plots.append((fig, panel.series, _add_plot(fig, panel, source, items, legends)))
         figures.append(fig)
     legends.update(rows[-1] if rows else None)
-
-    def on_rows(new: Sequence[Snapshot]) -> None:
-        source.stream(timeline_data(new, panels), rollover=ctx.store.capacity)
-        legends.update(new[-1])
-
+    view = TimelineView(ctx.store, panels, source, HistoryLayers(plots), legends)
     pause = pause_toggle()
-    follow(doc, ctx, seq, on_rows, pause)
+    view.control = TimeRangeControl(doc, ctx, view, x_range, pause=pause, dark=dark)
+    view.follower = follow(doc, ctx, seq, view.on_rows, pause)
     grid = gridplot([[fig] for fig in figures], sizing_mode="stretch_both", merge_tools=True,
                     toolbar_location="right")
-    add_page(doc, title, pause, grid, dark=dark)
+    add_page(doc, title, row(*view.control.widgets(), sizing_mode="stretch_width"), grid, dark=dark)
+    view.control.open()
     return source

@@ -158,6 +158,7 @@ def lock_for_writing(path: Path) -> WriteLock:
     """Take the history's write lock, or raise :class:`HistoryLocked` naming the process that holds it."""
     lock_path = path.with_name(path.name + ".lock")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         handle = lock_path.open("a+")
     except OSError as error:
         raise HistoryError(f"cannot create {lock_path}: {error.strerror}") from None

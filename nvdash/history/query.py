@@ -2,7 +2,8 @@
 
 A query names metrics, a time range and optionally GPUs and a step. The backend picks the coarsest stored
 resolution that still has at least one point per step and covers the range, groups it into ``step`` buckets
-(min of the minima, mean of the means, max of the maxima) and returns one series per GPU (or one for the host).
+(min of the minima, the mean weighted by readings, max of the maxima) and returns one series per GPU (or one
+for the host).
 Where nothing was recorded for longer than a few steps (nvdash was not running, a GPU was lost) the series
 holds a NaN point, so a plot shows a gap instead of a line across it.
 """
@@ -16,7 +17,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -138,16 +139,22 @@ class SqliteHistory:
     def describe(self) -> str:
         return f"file {self.path}"
 
+    def _fetch(self, sql: str, parameters: Sequence[float | int] = ()) -> list[tuple[Any, ...]]:
+        """All rows of ``sql``; a damaged file is a one-line ``HistoryError``."""
+        try:
+            return self._connection().execute(sql, parameters).fetchall()
+        except sqlite3.DatabaseError as error:
+            raise HistoryError(f"reading history file {self.path} failed: {error}") from None
+
     def raw_interval_s(self) -> float:
         """The newest session's sampling interval (the raw resolution), 1 s when unknown."""
-        row = self._connection().execute(
-            "SELECT interval_s FROM sessions WHERE interval_s > 0 ORDER BY id DESC LIMIT 1").fetchone()
-        return float(row[0]) if row else 1.0
+        rows = self._fetch("SELECT interval_s FROM sessions WHERE interval_s > 0 ORDER BY id DESC LIMIT 1")
+        return float(rows[0][0]) if rows else 1.0
 
     def inventory_text(self) -> str | None:
         """The newest session's inventory as stored (JSON), ``None`` when no session was recorded."""
-        row = self._connection().execute("SELECT inventory FROM sessions ORDER BY id DESC LIMIT 1").fetchone()
-        return None if row is None else str(row[0])
+        rows = self._fetch("SELECT inventory FROM sessions ORDER BY id DESC LIMIT 1")
+        return None if not rows else str(rows[0][0])
 
     def inventory(self) -> Inventory | None:
         """The newest session's inventory."""
@@ -155,19 +162,18 @@ class SqliteHistory:
         return None if text is None else inventory_json.loads(text)
 
     def extent(self) -> tuple[float, float] | None:
-        connection = self._connection()
         oldest: list[float] = []
         newest: list[float] = []
         for table in ("gpu_raw", "host_raw", *(f"{scope}_{tier.name}" for tier in TIERS for scope in ("gpu", "host"))):
-            first, last = connection.execute(f"SELECT min(t), max(t) FROM {table}").fetchone()
+            first, last = self._fetch(f"SELECT min(t), max(t) FROM {table}")[0]
             if first is not None:
                 oldest.append(first)
                 newest.append(last)
         return (min(oldest), max(newest)) if oldest else None
 
     def _oldest(self, table: str) -> float | None:
-        row = self._connection().execute(f"SELECT min(t) FROM {table}").fetchone()
-        return None if row is None or row[0] is None else float(row[0])
+        rows = self._fetch(f"SELECT min(t) FROM {table}")
+        return None if not rows or rows[0][0] is None else float(rows[0][0])
 
     def _choose(self, scope: Scope, start_s: float, step_s: float) -> _Source:
         """The coarsest source whose resolution fits in ``step_s`` and that covers ``start_s``."""
@@ -219,10 +225,7 @@ class SqliteHistory:
             sql += f" AND gpu IN ({', '.join('?' * len(gpus))})"
             parameters += list(gpus)
         sql += " GROUP BY g, k ORDER BY g, k"
-        try:
-            rows = self._connection().execute(sql, parameters).fetchall()
-        except sqlite3.DatabaseError as error:
-            raise HistoryError(f"reading history file {self.path} failed: {error}") from None
+        rows = self._fetch(sql, parameters)
         result: dict[str, dict[int | None, Series]] = {metric.name: {} for metric in metrics}
         if not rows:
             return result
@@ -254,4 +257,6 @@ def _aggregates(metric: Metric, raw: bool) -> list[str]:
         return [f"bit_or({metric.name}_or)"] * 3
     if metric.kind is Kind.COUNTER:
         return [f"max({metric.name}_max)"] * 3
-    return [f"min({metric.name}_min)", f"avg({metric.name}_mean)", f"max({metric.name}_max)"]
+    # The mean of a coarser bucket weighs each tier bucket by its readings (n), counting only those with a value.
+    mean = f"sum({metric.name}_mean * n) / sum(CASE WHEN {metric.name}_mean IS NOT NULL THEN n END)"
+    return [f"min({metric.name}_min)", mean, f"max({metric.name}_max)"]

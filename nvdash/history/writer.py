@@ -147,6 +147,7 @@ class HistoryWriter:
                 self._snapshots.popleft()
                 self.stats.dropped += 1
             self._snapshots.append(snapshot)
+            self.stats.queued = len(self._snapshots)
 
     def submit_events(self, events: Iterable[GpuEvent]) -> None:
         """Queue events (any thread)."""
@@ -159,7 +160,11 @@ class HistoryWriter:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
-        if self._connection is not None and (self._thread is None or not self._thread.is_alive()):
+            if self._thread.is_alive():
+                return  # still writing (a stalled disk): keep the file and its lock until the process ends
+        if self._connection is not None:
+            if self._thread is None:
+                self.flush()
             self._connection.close()
             self._connection = None
         if self._write_lock is not None:
@@ -225,7 +230,8 @@ class HistoryWriter:
         try:
             with transaction(self._connection) as connection:
                 self.stats.pruned_rows += prune(connection, newest_s, self.retention_s)
-            self._connection.execute("PRAGMA incremental_vacuum(256)").fetchall()
+            # executescript runs the pragma to completion (execute() would free one page per step).
+            self._connection.executescript("PRAGMA incremental_vacuum(256);")
         except sqlite3.Error as error:
             self._failed(error)
 
