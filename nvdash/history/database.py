@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import IO
 
 from nvdash.history.catalog import Kind, Scope, gpu_raw_columns, host_raw_columns, metrics_of
+from nvdash.history.tiers import TIERS
 
 APPLICATION_ID = 0x6E766461
 """``PRAGMA application_id`` of an nvdash history file ("nvda")."""
 SCHEMA_VERSION = 1
 SQLITE_MAGIC = b"SQLite format 3\x00"
-TIERS = ("10s", "1m")
-"""The downsampled tiers' table suffixes (see :mod:`nvdash.history.tiers`)."""
 
 
 PROCESS_1M = ("n INTEGER NOT NULL, started_s REAL, mig_uuid TEXT, kinds TEXT, gpu_memory_bytes_max REAL,"
@@ -79,7 +78,7 @@ def schema() -> list[str]:
         f"CREATE TABLE processes_1m (t REAL NOT NULL, gpu INTEGER NOT NULL, pid INTEGER NOT NULL, {PROCESS_1M},"
         " PRIMARY KEY (t, gpu, pid)) WITHOUT ROWID",
     ]
-    for tier in TIERS:
+    for tier in (tier.name for tier in TIERS):
         gpu_tier = ", ".join(_gauge_columns(Scope.GPU))
         host_tier = ", ".join(_gauge_columns(Scope.HOST))
         statements += [

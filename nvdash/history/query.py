@@ -23,14 +23,15 @@ import numpy as np
 import numpy.typing as npt
 
 from nvdash.history import inventory_json
-from nvdash.history.catalog import METRICS, Kind, Metric, Scope
+from nvdash.history.catalog import METRICS, Metric, Scope
 from nvdash.history.database import HistoryError, open_database
-from nvdash.history.tiers import TIERS, register_functions
+from nvdash.history.tiers import TIERS, aggregates, register_functions
 from nvdash.sampling.records import Inventory
 
 FloatArray = npt.NDArray[np.float64]
-TARGET_POINTS = 1500
-"""About this many points a series, whatever the range: a 7-day view reads thousands, not a million."""
+TARGET_POINTS = 1000
+"""About this many points a series (at most twice as many), whatever the range: a 7-day view reads a thousand
+buckets a GPU, not a million readings."""
 MAX_POINTS = 20_000
 """The most buckets a query may ask for with ``step``."""
 GAP_STEPS = 3.0
@@ -204,7 +205,7 @@ class SqliteHistory:
             source = self._choose(scope, start_s, wanted)
             step = max(wanted, source.step_s)
             if not source.raw:
-                step = math.ceil(step / source.step_s) * source.step_s
+                step = math.floor(step / source.step_s) * source.step_s
             resolution, used_step = source.name, step
             result.update(self._read(scope, group, source, start_s=start_s, end_s=end_s,
                                      step_s=step, gpus=gpus))
@@ -215,7 +216,7 @@ class SqliteHistory:
         origin = math.floor(start_s / step_s) * step_s
         selects: list[str] = []
         for metric in metrics:
-            selects += _aggregates(metric, source.raw)
+            selects += aggregates(metric, source.raw)
         table = f"{scope.value}_{source.name}"
         key = "gpu" if scope is Scope.GPU else "NULL"
         sql = (f"SELECT CAST((t - ?) / ? AS INTEGER) AS k, {key} AS g, {', '.join(selects)} FROM {table} "
@@ -242,21 +243,3 @@ class SqliteHistory:
                 series = Series(times, block[:, column + 1], block[:, column], block[:, column + 2])
                 result[metric.name][None if gpu is None else int(gpu)] = with_gaps(series, gap_s)
         return result
-
-
-def _aggregates(metric: Metric, raw: bool) -> list[str]:
-    """Three columns per metric: minimum, mean, maximum over a bucket."""
-    if raw:
-        expression = metric.expression
-        if metric.kind is Kind.BITS:
-            return [f"bit_or({expression})"] * 3
-        if metric.kind is Kind.COUNTER:
-            return [f"max({expression})"] * 3
-        return [f"min({expression})", f"avg({expression})", f"max({expression})"]
-    if metric.kind is Kind.BITS:
-        return [f"bit_or({metric.name}_or)"] * 3
-    if metric.kind is Kind.COUNTER:
-        return [f"max({metric.name}_max)"] * 3
-    # The mean of a coarser bucket weighs each tier bucket by its readings (n), counting only those with a value.
-    mean = f"sum({metric.name}_mean * n) / sum(CASE WHEN {metric.name}_mean IS NOT NULL THEN n END)"
-    return [f"min({metric.name}_min)", mean, f"max({metric.name}_max)"]

@@ -1,15 +1,18 @@
-"""The downsampled tiers: how raw readings are rolled up into 10 s and 1 min buckets, and how long each is kept.
+"""The downsampled tiers: how raw readings are rolled up into 10 s, 1 min and 10 min buckets, and how long each
+is kept.
 
 Tier choices (8 GPUs at the default 0.5 s interval; sizes measured by ``benchmarks/history.py``):
 
-- raw: every reading, kept 6 h (``RAW_KEEP_S``). Ranges up to 30 min read it directly (3,600 points a series
-  at most), and the CSV export writes it as nvidia-smi logs would.
-- 10 s: min/mean/max per bucket, kept 2 days. A 6 h range is 2,160 buckets; 24 h 8,640.
-- 1 min: min/mean/max per bucket, kept for the whole retention (7 days by default: 10,080 buckets a series).
+- raw: every reading, kept 6 h (``RAW_KEEP_S``). Ranges up to about an hour read it, and the CSV export writes
+  it as nvidia-smi logs would.
+- 10 s: min/mean/max per bucket, kept 2 days: the 6 h and 12 h ranges.
+- 1 min: kept for the whole retention: 24 h and 2 d ranges, and short custom ranges in the past.
+- 10 min: kept for the whole retention: the 7-day range reads 1,008 buckets a series instead of 10,080.
 
-Both tiers are computed from raw rows, so each bucket's mean is the true mean of its readings. A query groups
-the chosen tier into its own step (see :mod:`nvdash.history.query`), so no range returns more than a few
-thousand points a series. Counters keep their largest value per bucket, flags and bitmasks their OR.
+10 s and 1 min buckets are computed from raw rows (each mean is the true mean of its readings); 10 min buckets
+from 1 min ones (the mean weighted by readings). A query groups the chosen tier into its own step (see
+:mod:`nvdash.history.query`), so no range returns more than a few thousand points a series. Counters keep
+their largest value per bucket, flags and bitmasks their OR.
 """
 
 from __future__ import annotations
@@ -33,9 +36,15 @@ class Tier:
     step_s: float
     keep_s: float | None
     """Seconds kept before the newest row; ``None``: the whole retention."""
+    source: str = "raw"
+    """What it is computed from: ``raw``, or the name of a finer tier."""
 
 
-TIERS: tuple[Tier, ...] = (Tier("10s", 10.0, 2 * DAY_S), Tier("1m", 60.0, None))
+TIERS: tuple[Tier, ...] = (
+    Tier("10s", 10.0, 2 * DAY_S),
+    Tier("1m", 60.0, None),
+    Tier("10m", 600.0, None, source="1m"),
+)
 
 
 def bucket_start(time_s: float, step_s: float) -> float:
@@ -43,13 +52,32 @@ def bucket_start(time_s: float, step_s: float) -> float:
     return math.floor(time_s / step_s) * step_s
 
 
-def _aggregates(metric: Metric) -> list[str]:
-    expression = metric.expression
-    if metric.kind is Kind.GAUGE:
-        return [f"min({expression})", f"avg({expression})", f"max({expression})"]
+def aggregates(metric: Metric, raw: bool) -> tuple[str, str, str]:
+    """SQL for a bucket's minimum, mean and maximum of ``metric``, over raw rows or over a tier's buckets.
+
+    Counters give their largest value, flags and bitmasks their OR, three times. Over a tier, the mean weighs
+    each bucket by its readings (``n``), counting only the buckets that have a value.
+    """
+    name = metric.name
+    if metric.kind is Kind.BITS:
+        value = f"bit_or({metric.expression if raw else name + '_or'})"
+        return value, value, value
     if metric.kind is Kind.COUNTER:
-        return [f"max({expression})"]
-    return [f"bit_or({expression})"]
+        value = f"max({metric.expression if raw else name + '_max'})"
+        return value, value, value
+    if raw:
+        expression = metric.expression
+        return f"min({expression})", f"avg({expression})", f"max({expression})"
+    mean = f"sum({name}_mean * n) / sum(CASE WHEN {name}_mean IS NOT NULL THEN n END)"
+    return f"min({name}_min)", mean, f"max({name}_max)"
+
+
+def _tier_aggregates(metric: Metric, raw: bool) -> list[str]:
+    """The aggregates filling ``metric.tier_columns()``."""
+    minimum, mean, maximum = aggregates(metric, raw)
+    if metric.kind is Kind.GAUGE:
+        return [minimum, mean, maximum]
+    return [maximum]
 
 
 class BitOr:
@@ -72,22 +100,27 @@ def register_functions(connection: sqlite3.Connection) -> None:
 
 
 def rollup_sql(scope: Scope, tier: Tier) -> str:
-    """``INSERT OR REPLACE`` of the tier's buckets computed from raw rows with ``? <= t < ?``."""
+    """``INSERT OR REPLACE`` of the tier's buckets computed from its source's rows with ``? <= t < ?``."""
     metrics = metrics_of(scope)
+    raw = tier.source == "raw"
     columns = [column for metric in metrics for column in metric.tier_columns()]
-    aggregates = [aggregate for metric in metrics for aggregate in _aggregates(metric)]
+    values = [aggregate for metric in metrics for aggregate in _tier_aggregates(metric, raw)]
     bucket = f"(CAST(t / {tier.step_s} AS INTEGER) * {tier.step_s})"
+    count = "count(*)" if raw else "sum(n)"
+    source = f"{scope.value}_{tier.source}"
     if scope is Scope.GPU:
         return (f"INSERT OR REPLACE INTO gpu_{tier.name} (t, gpu, n, {', '.join(columns)}) "
-                f"SELECT {bucket} AS b, gpu, count(*), {', '.join(aggregates)} FROM gpu_raw "
+                f"SELECT {bucket} AS b, gpu, {count}, {', '.join(values)} FROM {source} "
                 "WHERE t >= ? AND t < ? GROUP BY b, gpu")
     return (f"INSERT OR REPLACE INTO host_{tier.name} (t, n, {', '.join(columns)}) "
-            f"SELECT {bucket} AS b, count(*), {', '.join(aggregates)} FROM host_raw "
+            f"SELECT {bucket} AS b, {count}, {', '.join(values)} FROM {source} "
             "WHERE t >= ? AND t < ? GROUP BY b")
 
 
 def rollup(connection: sqlite3.Connection, start_s: float, end_s: float) -> None:
-    """Recompute every tier's buckets overlapping ``[start_s, end_s)`` from the raw rows (in a transaction)."""
+    """Recompute every tier's buckets overlapping ``[start_s, end_s)`` from their sources (in a transaction).
+
+    Tiers are recomputed finest first, so one computed from another sees its new buckets."""
     for tier in TIERS:
         first = bucket_start(start_s, tier.step_s)
         last = bucket_start(end_s, tier.step_s) + tier.step_s

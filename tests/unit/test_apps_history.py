@@ -172,7 +172,7 @@ def test_seven_days_shows_bucket_means_with_min_max_bands_and_a_gap(
     assert control.status.text.startswith("loading last 7 d")
     assert settle(doc) == 1
 
-    step = 420.0  # 7 d / 1500 points, rounded up to whole minutes of the 1 min tier
+    step = 600.0  # 7 d / 1000 points = 604.8 s, down to whole buckets of the 10 min tier
     times, mean, minimum, maximum = with_gap(expected_buckets(lambda t: utilization(t, 1), NOW - 7 * 86_400, step),
                                              step)
     assert_floats(source.data["time"], times)
@@ -193,7 +193,7 @@ def test_seven_days_shows_bucket_means_with_min_max_bands_and_a_gap(
     assert line.js_property_callbacks["change:visible"]  # a legend click hides the band with its line
     # The NVLink panel reads its own metric, never written here: NaN throughout.
     assert all(math.isnan(value) for value in source.data["nvlink/0"])
-    assert control.status.text == "last 7 d · 7 min buckets · band: min\u2013max"
+    assert control.status.text == "last 7 d · 10 min buckets · band: min\u2013max"
 
 
 def test_fetch_and_apply_are_the_two_halves_of_a_load(history_file: Path) -> None:
@@ -206,8 +206,8 @@ def test_fetch_and_apply_are_the_two_halves_of_a_load(history_file: Path) -> Non
                                   "host_disk_write_bytes_per_s", "host_net_recv_bytes_per_s",
                                   "host_net_sent_bytes_per_s"}
     control.apply(result)
-    _times, mean, _minimum, maximum = with_gap(expected_buckets(lambda t: utilization(t, 5), NOW - 7 * 86_400, 420.0),
-                                             420.0)
+    _times, mean, _minimum, maximum = with_gap(expected_buckets(lambda t: utilization(t, 5), NOW - 7 * 86_400, 600.0),
+                                             600.0)
     assert_floats(source.data["cpu"], mean)
     assert_floats(named_source(doc, BANDS_NAME).data["cpu:max"], maximum)
     assert all(math.isnan(value) for value in source.data["disk_read"])  # never written
@@ -353,7 +353,7 @@ def test_details_shows_a_past_range_with_limits_and_reason_blocks(history_file: 
     assert len(models(doc, Dropdown)) == 1
     control.choose("7d")
     settle(doc)
-    step = 420.0
+    step = 600.0
     times, mean, minimum, _maximum = with_gap(
         expected_buckets(lambda t: 40.0 + utilization(t, 0), NOW - 7 * 86_400, step), step)
     # The axis starts and ends at the range's ends so the limits are drawn across it.
@@ -389,7 +389,7 @@ def test_details_switching_gpu_in_a_past_range_queries_that_gpu(history_file: Pa
     (select,) = models(doc, Select)
     select.value = "1"
     assert settle(doc) == 1
-    step = 420.0
+    step = 600.0
     _, mean, _, _ = with_gap(expected_buckets(lambda t: 40.0 + utilization(t, 1), NOW - 7 * 86_400, step), step)
     assert_floats(source.data["temp"], [NAN, *mean, NAN])
     assert_floats(source.data["slowdown"], [90.0] * (len(mean) + 2))

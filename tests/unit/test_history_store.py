@@ -590,7 +590,7 @@ def test_a_prune_deletes_what_is_older_than_the_retention(tmp_path: Path) -> Non
     assert [r[0] for r in rows(path, "SELECT t FROM gpu_raw ORDER BY t")] == kept_raw
     assert [r[0] for r in rows(path, "SELECT t FROM host_raw ORDER BY t")] == kept_raw
     removed = 2 * (len(times) - len(kept_raw))
-    for table, step in (("10s", 10.0), ("1m", 60.0)):
+    for table, step in (("10s", 10.0), ("1m", 60.0), ("10m", 600.0)):
         buckets = sorted({bucket(t, step) for t in times})
         kept = [b for b in buckets if b >= tier_horizon]
         assert [r[0] for r in rows(path, f"SELECT t FROM gpu_{table} ORDER BY t")] == kept
