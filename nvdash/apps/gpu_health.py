@@ -7,6 +7,7 @@ hardware. One periodic callback re-evaluates only when a new row or a new event 
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from bokeh.models import (
     Range1d,
     Rect,
 )
+from bokeh.models.renderers import GlyphRenderer
 from bokeh.models.widgets import DataTable, Div, HTMLTemplateFormatter, TableColumn, Toggle
 from bokeh.transform import linear_cmap
 
@@ -44,10 +46,12 @@ from nvdash.apps.figures import (
 from nvdash.apps.live import period_ms
 from nvdash.apps.rows import FloatArray, gpu_sample, time_ms
 from nvdash.apps.theme import apply_theme
+from nvdash.apps.time_range import TimeRangeControl
 from nvdash.health.hints import Hint, bottleneck_hints
 from nvdash.health.status import GpuHealth, Status, evaluate, evaluate_gpu
 from nvdash.health.xid import xid_info
-from nvdash.sampling.records import GpuEvent, Inventory, Snapshot
+from nvdash.history.query import HistoryResult, Series
+from nvdash.sampling.records import GpuEvent, GpuSample, Inventory, Snapshot
 from nvdash.store import Store
 
 if TYPE_CHECKING:
@@ -195,6 +199,59 @@ def history_columns(inventory: Inventory, rows: Sequence[Snapshot]) -> DataDict:
     return data
 
 
+HEALTH_METRICS = ("lost", "utilization_pct", "temperature_c", "memory_temperature_c", "clock_event_reasons",
+                  "ecc_uncorrected_volatile", "remap_pending", "remap_failure", "retired_pages_pending",
+                  "pcie_generation_current", "pcie_width_current")
+"""What the status rules read that the history keeps (per-link NVLink states are not in its buckets)."""
+_WORST_IS_LOWEST = frozenset({"pcie_generation_current", "pcie_width_current"})
+_INTEGRAL = frozenset({"clock_event_reasons", "ecc_uncorrected_volatile", "pcie_generation_current",
+                       "pcie_width_current"})
+_FLAGS = frozenset({"lost", "remap_pending", "remap_failure", "retired_pages_pending"})
+
+
+def _worst(name: str, series: Series, k: int) -> float | int | bool | None:
+    value = float((series.minimum if name in _WORST_IS_LOWEST else series.maximum)[k])
+    if math.isnan(value):
+        return None
+    if name in _FLAGS:
+        return bool(value)
+    return int(value) if name in _INTEGRAL else value
+
+
+def bucket_samples(result: HistoryResult, index: int) -> list[tuple[float, GpuSample | None]]:
+    """Per bucket of GPU ``index``: its start time and a sample of the worst each reading reached in it (the
+    highest temperature, every flag and clock event seen, the lowest link generation), ``None`` in a gap."""
+    columns = {name: result.series.get(name, {}).get(index) for name in HEALTH_METRICS}
+    reference = columns["temperature_c"] or next((series for series in columns.values() if series is not None), None)
+    if reference is None:
+        return []
+    buckets: list[tuple[float, GpuSample | None]] = []
+    for k, time_s in enumerate(reference.time_s.tolist()):
+        values = {name: _worst(name, series, k) for name, series in columns.items() if series is not None}
+        if all(value is None for value in values.values()):
+            buckets.append((time_s, None))
+            continue
+        values["lost"] = bool(values.get("lost"))
+        buckets.append((time_s, GpuSample(index=index, **values)))  # type: ignore[arg-type]
+    return buckets
+
+
+def history_columns_of(inventory: Inventory, result: HistoryResult) -> DataDict:
+    """The status strip's source for a past range: per bucket (at its centre) each GPU's worst status in it."""
+    by_gpu = {info.index: dict(bucket_samples(result, info.index)) for info in inventory.gpus}
+    times = sorted({time_s for buckets in by_gpu.values() for time_s in buckets})
+    data: DataDict = {"time": np.array([(t + result.step_s / 2) * 1000.0 for t in times], dtype=np.float64)}
+    for info in inventory.gpus:
+        ranks: FloatArray = np.full(len(times), np.nan)
+        buckets = by_gpu[info.index]
+        for i, time_s in enumerate(times):
+            sample = buckets.get(time_s)
+            if sample is not None:
+                ranks[i] = evaluate_gpu(info, sample, (), time_s).status.rank
+        data[f"status/{info.index}"] = ranks
+    return data
+
+
 def _history_figure(inventory: Inventory, source: ColumnDataSource, interval_s: float) -> figure:
     """One row per GPU (the first on top), a block per reading coloured by its status."""
     count = len(inventory.gpus)
@@ -241,16 +298,50 @@ class HealthView:
         self.hide_info.on_change("active", lambda _attr, _old, _new: self.show_events())
         self.row_seq = -1
         self.event_seq = -1
+        self.interval_s = interval_s
+        self.blocks = [renderer.glyph for renderer in self.history_figure.renderers
+                       if isinstance(renderer, GlyphRenderer) and isinstance(renderer.glyph, Rect)]
+        self.control: TimeRangeControl | None = None
+        self.past_events: list[GpuEvent] | None = None
+        """The shown past range's events; ``None`` while Live."""
+
+    events_wanted = 1000
+    """Events read with a past range (the log shows the newest ``EVENT_ROWS`` of them)."""
+
+    def history_request(self) -> tuple[list[str], list[int] | None]:
+        """What the status rules need, for every GPU."""
+        return list(HEALTH_METRICS), None
+
+    def show_live(self) -> None:
+        """The strip and the event log from the store again, streaming."""
+        self.past_events = None
+        rows, self.history_seq = self.store.since(0)
+        self._block_width(self.interval_s)
+        self.history.data = history_columns(self.store.inventory, rows)
+        self.show_events()
+
+    def show_history(self, result: HistoryResult) -> None:
+        """Each bucket's worst status, and the range's events."""
+        self.past_events = list(result.events)
+        self._block_width(result.step_s)
+        self.history.data = history_columns_of(self.store.inventory, result)
+        self.show_events(self.past_events)
+
+    def _block_width(self, seconds: float) -> None:
+        for block in self.blocks:
+            block.width = seconds * 1000.0 * BLOCK_WIDTH
 
     def poll(self) -> None:
-        """Re-evaluate when a row or an event is new; recompute hints at most every ``HINT_PERIOD_S``."""
+        """Re-evaluate when a row or an event is new; recompute hints at most every ``HINT_PERIOD_S``.
+
+        While a past range is shown the strip and the log stay on it; the status and hints stay current."""
         store = self.store
         row_seq, event_seq = store.last_seq, store.event_seq
         if row_seq == self.row_seq and event_seq == self.event_seq:
             return
         inventory = store.inventory
         new_rows, self.history_seq = store.since(self.history_seq)
-        if new_rows:
+        if new_rows and self.past_events is None:
             self.history.stream(history_columns(inventory, new_rows), rollover=store.capacity)
         latest = store.latest()
         now = latest.time_s if latest is not None else time.time()
@@ -258,7 +349,7 @@ class HealthView:
         text = status_html(inventory, evaluate(inventory, latest, events, now))
         if text != self.status.text:
             self.status.text = text
-        if event_seq != self.event_seq:
+        if event_seq != self.event_seq and self.past_events is None:
             self.show_events(events)
         text = shared_hints_html(store, now)
         if text != self.hints.text:
@@ -267,7 +358,9 @@ class HealthView:
 
     def show_events(self, events: Sequence[GpuEvent] | None = None) -> None:
         """Refill the event table (from the store unless ``events`` are given)."""
-        kept = self.store.events() if events is None else events
+        if events is None:
+            events = self.store.events() if self.past_events is None else self.past_events
+        kept = events
         self.events.data = event_columns(kept, info=not self.hide_info.active)
 
 
@@ -284,7 +377,10 @@ def build(doc: Document, ctx: AppContext) -> None:
     view = HealthView(ctx.store, dark, ctx.interval_s)
     view.poll()
     doc.add_periodic_callback(view.poll, period_ms(ctx))
-    add_page(doc, TITLE, _heading("Status", dark), view.status, view.history_figure,
+    view.control = TimeRangeControl(doc, ctx, view, view.history_figure.x_range, dark=dark)
+    add_page(doc, TITLE, _heading("Status (now)", dark), view.status,
+             row(*view.control.widgets(), sizing_mode="stretch_width"), view.history_figure,
              _heading("Bottleneck hints", dark), view.hints,
              row(_heading("Events (newest first)", dark, width=200), view.hide_info), view.table,
              dark=dark)
+    view.control.open()

@@ -8,6 +8,7 @@ as lines, min-max as bands. Choosing Live refills the view from the store and st
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -246,7 +247,12 @@ class TimeRangeControl:
         if self.ctx.history is None:
             raise RangeError(HISTORY_OFF)
         metrics, gpus = self.view.history_request()
-        return self.ctx.history.query(metrics, time_range.start_s, time_range.end_s, gpus=gpus)
+        result = self.ctx.history.query(metrics, time_range.start_s, time_range.end_s, gpus=gpus)
+        wanted = getattr(self.view, "events_wanted", 0)
+        if wanted:
+            events = self.ctx.history.events(time_range.start_s, time_range.end_s, wanted)
+            result = dataclasses.replace(result, events=tuple(events))
+        return result
 
     def apply(self, result: HistoryResult) -> None:
         """Draw ``result`` and say what is shown."""

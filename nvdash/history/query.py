@@ -26,7 +26,7 @@ from nvdash.history import inventory_json
 from nvdash.history.catalog import METRICS, Metric, Scope
 from nvdash.history.database import HistoryError, open_database
 from nvdash.history.tiers import TIERS, aggregates, register_functions
-from nvdash.sampling.records import Inventory
+from nvdash.sampling.records import GpuEvent, Inventory
 
 FloatArray = npt.NDArray[np.float64]
 TARGET_POINTS = 1000
@@ -58,6 +58,8 @@ class HistoryResult:
     resolution: str
     """What was read: ``raw``, ``10s`` or ``1m`` (or the Prometheus backend's own name)."""
     series: dict[str, dict[int | None, Series]]
+    events: tuple[GpuEvent, ...] = ()
+    """The range's events, newest last, when they were asked for (see :meth:`HistoryBackend.events`)."""
 
 
 class HistoryBackend(Protocol):
@@ -70,6 +72,10 @@ class HistoryBackend(Protocol):
 
     def extent(self) -> tuple[float, float] | None:
         """The oldest and newest reading held, ``None`` when empty."""
+        ...
+
+    def events(self, start_s: float, end_s: float, limit: int) -> list[GpuEvent]:
+        """The newest ``limit`` events in ``[start_s, end_s]``, oldest first (empty where none are kept)."""
         ...
 
     def describe(self) -> str:
@@ -171,6 +177,12 @@ class SqliteHistory:
                 oldest.append(first)
                 newest.append(last)
         return (min(oldest), max(newest)) if oldest else None
+
+    def events(self, start_s: float, end_s: float, limit: int) -> list[GpuEvent]:
+        rows = self._fetch("SELECT t, gpu, kind, message, severity, code, counter FROM events WHERE t >= ? AND t <= ?"
+                           " ORDER BY t DESC, id DESC LIMIT ?", (start_s, end_s, limit))
+        return [GpuEvent(time_s=row[0], gpu_index=row[1], kind=row[2], message=row[3], severity=row[4], code=row[5],
+                         counter=row[6]) for row in reversed(rows)]
 
     def _oldest(self, table: str) -> float | None:
         rows = self._fetch(f"SELECT min(t) FROM {table}")
