@@ -1,7 +1,7 @@
 """What opening one dashboard pane costs the server's event loop: building its document from a full store
 and serializing it for the browser (Bokeh does both on the event loop when a session opens).
 
-    python benchmarks/open_pane.py [--history 1200] [--profile dgx-h100] [--repeat 5]
+    python benchmarks/open_pane.py [--live-samples 1200] [--profile dgx-h100] [--repeat 5]
 
 Prints, per route, the best and median of ``--repeat`` builds, in milliseconds.
 """
@@ -22,15 +22,15 @@ from nvdash.store import Store
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--history", type=int, default=1200, help="snapshots in the store (the default history)")
+    parser.add_argument("--live-samples", type=int, default=1200, help="snapshots in the store (the default)")
     parser.add_argument("--profile", default="dgx-h100")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     hardware = open_hardware(args.profile)
     try:
-        store = Store(hardware.inventory, capacity=args.history)
+        store = Store(hardware.inventory, capacity=args.live_samples)
         sampler = Sampler(store, hardware.host, hardware.gpus, interval_s=0.5)
-        for _ in range(args.history):
+        for _ in range(args.live_samples):
             sampler.sample_once()
         context = AppContext(store=store, interval_s=0.5)
         print(f"# {args.profile}, {len(hardware.inventory.gpus)} GPUs, {len(store)} snapshots in the store")

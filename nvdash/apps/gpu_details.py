@@ -306,6 +306,10 @@ class DetailsView:
         self._set_block_width(self.block_ms)
         self.layers.clear()
 
+    def prepare_history(self) -> None:
+        """Make the band layers now (see :meth:`HistoryLayers.prepare`)."""
+        self.layers.prepare()
+
     def show_history(self, result: HistoryResult) -> None:
         """Bucket means and bands; the limits across the whole range; a reason's block where a bucket's OR has it."""
         times, aligned = align(result, all_series(self.panels), edges=True)
@@ -342,6 +346,8 @@ def build(doc: Document, ctx: AppContext) -> None:
         return
     by_index = {gpu.index: gpu for gpu in gpus}
     view = DetailsView(ctx.store, by_index[index], ctx.interval_s, dark)
+    if ctx.history is not None:
+        view.prepare_history()  # with the page: adding renderers to a shown page costs the browser a second
     options: list[str | tuple[Any, str]] = [(str(gpu.index), f"GPU {gpu.index}: {gpu.name}") for gpu in gpus]
     select = Select(value=str(index), options=options, width=260, height=30, sizing_mode="fixed")
 

@@ -267,6 +267,9 @@ class TimeRangeControl:
         self.status.text = escape(f"{self.note} · {text}" if self.note else text)
 
     def _enter(self, time_range: TimeRange) -> None:
+        prepare = getattr(self.view, "prepare_history", None)
+        if prepare is not None:
+            prepare()
         self._show_state(time_range)
         self._say(f"loading {describe_range(time_range)} …")
         generation = self._generation

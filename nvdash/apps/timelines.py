@@ -13,7 +13,7 @@ import numpy.typing as npt
 from bokeh.core.properties import value
 from bokeh.document import Document
 from bokeh.layouts import gridplot, row
-from bokeh.models import ColumnDataSource, CustomJSTickFormatter, Line, VBar
+from bokeh.models import ColumnDataSource, CustomJSTickFormatter, Line, Patch
 from bokeh.models.annotations import LegendItem
 from bokeh.models.renderers import DataRenderer, GlyphRenderer
 from bokeh.plotting import figure
@@ -118,8 +118,8 @@ return day + " " + moment.toLocaleTimeString([], {hour12: false, hour: "2-digit"
 """Local time ticks as Live shows them; with the date once the axis spans half a day or more (a past range)."""
 
 BAND_ALPHA = 0.2
-BAND_MIN = ":min"
-BAND_MAX = ":max"
+BAND_X = ":band x"
+BAND_Y = ":band y"
 BANDS_NAME = "history bands"
 ENDS_NAME = "history range ends"
 
@@ -190,11 +190,31 @@ def history_data(times: FloatArray, aligned: dict[str, HistorySeries], panels: S
     return data
 
 
-class HistoryLayers:
-    """What a past range adds to a page's plots: a translucent min-max block per bucket under each line, and two
-    invisible points at the range's ends so the shared x axis spans the whole range.
+def band_polygon(times: FloatArray, low: FloatArray, high: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The min-max band as polygons for a ``Patch``: for each run of buckets with a value, the upper edge forward
+    and the lower edge back, runs separated by NaN (a gap stays a gap)."""
+    known = np.flatnonzero(np.isfinite(low) & np.isfinite(high))
+    if not len(known):
+        return _nan(0), _nan(0)
+    breaks = np.flatnonzero(np.diff(known) > 1)
+    starts = np.concatenate([[known[0]], known[breaks + 1]])
+    ends = np.concatenate([known[breaks], [known[-1]]])
+    xs: list[FloatArray] = []
+    ys: list[FloatArray] = []
+    for first, last in zip(starts, ends, strict=True):
+        run = slice(int(first), int(last) + 1)
+        xs += [times[run], times[run][::-1], _nan(1)]
+        ys += [high[run], low[run][::-1], _nan(1)]
+    return np.concatenate(xs), np.concatenate(ys)
 
-    Made on first use, so a page that stays Live carries none of it; emptied again in Live.
+
+class HistoryLayers:
+    """What a past range adds to a page's plots: a translucent min-max band under each line, and two invisible
+    points at the range's ends so the shared x axis spans the whole range.
+
+    Pages with a history make them with the page (empty in Live); adding renderers to a shown page costs the
+    browser about a second (measured by ``benchmarks/history_render.py``). Each band is one ``Patch`` (a polygon
+    per run of buckets), far cheaper for the browser to draw than a block per bucket.
     """
 
     def __init__(self, plots: Sequence[tuple[figure, Sequence[Series], Sequence[GlyphRenderer[Any]]]]) -> None:
@@ -202,13 +222,12 @@ class HistoryLayers:
         self.keys = [item.key for _, series, _ in self.plots for item in series if item.metric is not None]
         self.bands: ColumnDataSource | None = None
         self.ends: ColumnDataSource | None = None
-        self.glyphs: list[VBar] = []
 
     def _empty(self) -> DataDict:
-        data: DataDict = {"time": _nan(0)}
+        data: DataDict = {}
         for key in self.keys:
-            data[key + BAND_MIN] = _nan(0)
-            data[key + BAND_MAX] = _nan(0)
+            data[key + BAND_X] = _nan(0)
+            data[key + BAND_Y] = _nan(0)
         return data
 
     def _make(self) -> tuple[ColumnDataSource, ColumnDataSource]:
@@ -219,39 +238,57 @@ class HistoryLayers:
             for item, line in zip(series, lines, strict=True):
                 if item.metric is None:
                     continue
-                glyph = VBar(x="time", width=1.0, bottom=item.key + BAND_MIN, top=item.key + BAND_MAX,
-                             fill_color=item.color, fill_alpha=BAND_ALPHA, line_color=None)
-                band = fig.add_glyph(bands, glyph, name=item.key + " band", visible=line.visible,
+                glyph = Patch(x=item.key + BAND_X, y=item.key + BAND_Y, fill_color=item.color,
+                              fill_alpha=BAND_ALPHA, line_color=None)
+                band = GlyphRenderer(data_source=bands, glyph=glyph, name=item.key + " band", visible=line.visible,
                                      nonselection_glyph=None, muted_glyph=None)
                 line.js_link("visible", band, "visible")  # hidden with its line from the legend
-                self.glyphs.append(glyph)
                 made.append(band)
-            under = {id(band) for band in made}
-            fig.renderers = [*made, *(r for r in fig.renderers if id(r) not in under)]
+            # One change of each plot's renderers (the browser rebuilds a plot's views on every change).
+            fig.renderers = [*made, *fig.renderers]
         if self.plots:
             self.plots[0][0].add_glyph(ends, Line(x="time", y="zero", line_alpha=0.0), name=ENDS_NAME,
                                        nonselection_glyph=None, muted_glyph=None)
         return bands, ends
 
-    def show(self, times: FloatArray, aligned: dict[str, HistorySeries], result: HistoryResult) -> None:
-        """The bands of ``aligned`` (blocks one step wide) and the range's ends."""
+    def prepare(self) -> tuple[ColumnDataSource, ColumnDataSource]:
+        """The band and range-end sources, made now if not yet (a page opening on a past range makes them while
+        it is built, so the browser gets them with the page rather than as new models later)."""
         if self.bands is None or self.ends is None:
-            self.bands, self.ends = self._make()
-        data: DataDict = {"time": times}
+            document = self.plots[0][0].document if self.plots else None
+            if document is None:
+                self.bands, self.ends = self._make()
+            else:
+                # One recomputation of the document's models for all the new renderers, not one per renderer.
+                with document.models.freeze():
+                    self.bands, self.ends = self._make()
+        return self.bands, self.ends
+
+    def show(self, times: FloatArray, aligned: dict[str, HistorySeries], result: HistoryResult) -> None:
+        """The bands of ``aligned`` and the range's ends."""
+        bands, ends = self.prepare()
+        polygons: dict[str, tuple[FloatArray, FloatArray]] = {}
         for key in self.keys:
             held = aligned.get(key)
-            data[key + BAND_MIN] = held.minimum if held is not None else _nan(len(times))
-            data[key + BAND_MAX] = held.maximum if held is not None else _nan(len(times))
-        for glyph in self.glyphs:
-            glyph.width = result.step_s * 1000.0
-        self.bands.data = data
-        self.ends.data = {"time": np.array([result.start_s, result.end_s]) * 1000.0, "zero": np.zeros(2)}
+            polygons[key] = band_polygon(times, held.minimum, held.maximum) if held is not None else (_nan(0),) * 2
+        size = max((len(xs) for xs, _ in polygons.values()), default=0)
+        data: DataDict = {}
+        for key, (xs, ys) in polygons.items():
+            data[key + BAND_X] = _padded(xs, size)
+            data[key + BAND_Y] = _padded(ys, size).astype(np.float32)  # half the bytes; ample for a plot
+        bands.data = data
+        ends.data = {"time": np.array([result.start_s, result.end_s]) * 1000.0, "zero": np.zeros(2)}
 
     def clear(self) -> None:
         """Nothing drawn (Live)."""
         if self.bands is not None and self.ends is not None:
             self.bands.data = self._empty()
             self.ends.data = {"time": _nan(0), "zero": _nan(0)}
+
+
+def _padded(values: FloatArray, size: int) -> FloatArray:
+    """``values`` with NaN after them up to ``size`` (a source's columns share one length)."""
+    return np.concatenate([values, _nan(size - len(values))]) if len(values) < size else values
 
 
 class _LostLegends:
@@ -310,6 +347,10 @@ class TimelineView:
         self.layers.clear()
         self.legends.update(rows[-1] if rows else None)
 
+    def prepare_history(self) -> None:
+        """Make the band layers now (see :meth:`HistoryLayers.prepare`)."""
+        self.layers.prepare()
+
     def show_history(self, result: HistoryResult) -> None:
         times, aligned = align(result, all_series(self.panels))
         self.source.data = history_data(times, aligned, self.panels)
@@ -359,7 +400,11 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
         plots.append((fig, panel.series, _add_plot(fig, panel, source, items, legends)))
         figures.append(fig)
     legends.update(rows[-1] if rows else None)
-    view = TimelineView(ctx.store, panels, source, HistoryLayers(plots), legends)
+    layers = HistoryLayers(plots)
+    if ctx.history is not None:
+        # Made with the page: adding them to a shown page later costs the browser about a second.
+        layers.prepare()
+    view = TimelineView(ctx.store, panels, source, layers, legends)
     pause = pause_toggle()
     view.control = TimeRangeControl(doc, ctx, view, x_range, pause=pause, dark=dark)
     view.follower = follow(doc, ctx, seq, view.on_rows, pause)
