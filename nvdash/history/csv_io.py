@@ -19,7 +19,14 @@ from typing import IO, Any
 
 from nvdash.history import inventory_json, nvsmi_csv
 from nvdash.history.catalog import METRICS, Kind, gpu_raw_columns
-from nvdash.history.database import HistoryError, default_path, lock_for_writing, open_database, transaction
+from nvdash.history.database import (
+    HistoryError,
+    HistoryLocked,
+    default_path,
+    lock_for_writing,
+    open_database,
+    transaction,
+)
 from nvdash.history.query import SqliteHistory
 from nvdash.history.ranges import RangeError, TimeRange, resolve
 from nvdash.history.tiers import TIERS, register_functions, rollup
@@ -271,6 +278,9 @@ def run_import(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         added, present, parsed = import_log(path, lines, f"import:{name}")
     except ValueError as error:
         raise UsageError(f"{args.file}: {error}") from None
+    except HistoryLocked as error:
+        raise HistoryError(f"{error}: stop it first, or import into another file with --history and replay "
+                           "that") from None
     for number, reason in parsed.errors[:SHOWN_ERRORS]:
         print(f"nvdash: {args.file}:{number}: skipped: {reason}", file=sys.stderr)
     if len(parsed.errors) > SHOWN_ERRORS:
