@@ -9,8 +9,9 @@ Tier choices (8 GPUs at the default 0.5 s interval; sizes measured by ``benchmar
 - 1 min: kept for the whole retention: 24 h and 2 d ranges, and short custom ranges in the past.
 - 10 min: kept for the whole retention: the 7-day range reads 1,008 buckets a series instead of 10,080.
 
-10 s and 1 min buckets are computed from raw rows (each mean is the true mean of its readings); 10 min buckets
-from 1 min ones (the mean weighted by readings). A query groups the chosen tier into its own step (see
+10 s buckets are computed from raw rows, 1 min ones from 10 s ones and 10 min ones from 1 min ones, each
+coarser mean weighted by the readings behind it (``n``), so every mean is the true mean of its readings while a
+flush recomputes at most a few rows per tier. A query groups the chosen tier into its own step (see
 :mod:`nvdash.history.query`), so no range returns more than a few thousand points a series. Counters keep
 their largest value per bucket, flags and bitmasks their OR.
 """
@@ -42,7 +43,7 @@ class Tier:
 
 TIERS: tuple[Tier, ...] = (
     Tier("10s", 10.0, 2 * DAY_S),
-    Tier("1m", 60.0, None),
+    Tier("1m", 60.0, None, source="10s"),
     Tier("10m", 600.0, None, source="1m"),
 )
 

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 FLUSH_S = 1.0
 """The longest a reading waits in memory before it is written (what a ``kill -9`` can lose, plus one batch)."""
 PRUNE_EVERY_S = 60.0
+LINK_COUNTERS_EVERY_S = 60.0
+"""NVLink error counters are logged at most this often per GPU; link state changes at once."""
 QUEUE_LIMIT = 20_000
 """Snapshots held while the disk lags (about 3 h at 0.5 s); beyond it the oldest are dropped and counted."""
 
@@ -114,7 +116,7 @@ class HistoryWriter:
         self._thread: threading.Thread | None = None
         self._write_lock: WriteLock | None = None
         self._connection: sqlite3.Connection | None = None
-        self._links: dict[int, str] = {}
+        self._links: dict[int, tuple[float, tuple[Any, ...], tuple[Any, ...]]] = {}
         self._usage_time: float | None = None
         self._next_prune = 0.0
         self.stats = WriterStats()
@@ -185,6 +187,20 @@ class HistoryWriter:
             self._next_prune = now + PRUNE_EVERY_S
             self._prune(max(snapshot.time_s for snapshot in snapshots))
 
+    def _links_changed(self, time_s: float, sample: GpuSample) -> bool:
+        """Whether to log the GPU's links now: at once when a link goes up or down, and at most once a
+        ``LINK_COUNTERS_EVERY_S`` when only error counters rose (a flaky link raises them every read)."""
+        states = tuple((link.link, link.active) for link in sample.nvlinks)
+        counters = tuple((link.crc_flit_errors, link.crc_data_errors, link.replay_errors, link.recovery_errors)
+                         for link in sample.nvlinks)
+        last = self._links.get(sample.index)
+        if last is not None:
+            last_time, last_states, last_counters = last
+            if states == last_states and (counters == last_counters or time_s - last_time < LINK_COUNTERS_EVERY_S):
+                return False
+        self._links[sample.index] = (time_s, states, counters)
+        return True
+
     def _write(self, snapshots: Sequence[Snapshot], events: Sequence[GpuEvent]) -> None:
         assert self._connection is not None
         started = time.perf_counter()
@@ -196,11 +212,8 @@ class HistoryWriter:
             gpu += gpu_rows(snapshot)
             host.append((snapshot.time_s, *host_row(snapshot.host)))
             for sample in snapshot.gpus:
-                if sample.nvlinks:
-                    text = _links_json(sample)
-                    if self._links.get(sample.index) != text:
-                        self._links[sample.index] = text
-                        links.append((snapshot.time_s, sample.index, text))
+                if sample.nvlinks and self._links_changed(snapshot.time_s, sample):
+                    links.append((snapshot.time_s, sample.index, _links_json(sample)))
             usage = snapshot.usage
             if usage is not None and usage.time_s != self._usage_time:
                 self._usage_time = usage.time_s

@@ -547,7 +547,7 @@ def _linked(time_s: float, crc: int, active: bool = True) -> Snapshot:
                     host=HostSample())
 
 
-def test_nvlink_state_is_written_only_when_the_links_change(tmp_path: Path) -> None:
+def test_nvlink_state_is_logged_when_a_link_changes_and_counters_at_most_once_a_minute(tmp_path: Path) -> None:
     path = tmp_path / "history.sqlite"
     writer = writer_for(path, gpus=2)
     writer.open()
@@ -555,19 +555,23 @@ def test_nvlink_state_is_written_only_when_the_links_change(tmp_path: Path) -> N
         for snapshot in (_linked(T0, 0), _linked(T0 + 1, 0), _linked(T0 + 2, 3)):
             writer.submit(snapshot)
         writer.flush()
-        for snapshot in (_linked(T0 + 3, 3), _linked(T0 + 4, 3, active=False), _linked(T0 + 5, 3, active=False)):
+        for snapshot in (_linked(T0 + 3, 3), _linked(T0 + 4, 3, active=False), _linked(T0 + 5, 3, active=False),
+                         _linked(T0 + 30, 4, active=False), _linked(T0 + 70, 5, active=False)):
             writer.submit(snapshot)
         writer.flush()
     finally:
         writer.stop()
 
     stored = rows(path, "SELECT t, gpu, links FROM nvlink_state ORDER BY gpu, t")
-    # GPU 0: first state, the CRC error count rising, link 1 going down. GPU 1: its one link, with the CRC change.
-    assert [(t, gpu) for t, gpu, _ in stored] == [(T0, 0), (T0 + 2, 0), (T0 + 4, 0), (T0, 1), (T0 + 2, 1)]
+    # GPU 0: its first state; link 1 going down (at once); the CRC count 64 s after that (a minute has passed).
+    # The CRC rises at +2 s and +30 s came within a minute of the row before: not logged.
+    # GPU 1 (one link, never down): its first state, then the CRC count at +70 s.
+    assert [(t, gpu) for t, gpu, _ in stored] == [(T0, 0), (T0 + 4, 0), (T0 + 70, 0), (T0, 1), (T0 + 70, 1)]
     texts = [json.loads(links) for _, _, links in stored]
-    assert texts[0] != texts[1] != texts[2]
-    assert 3 in texts[1][0]  # link 0's CRC error count
     assert 3 not in texts[0][0]
+    assert texts[1][1][1] is False  # link 1 down
+    assert 3 in texts[1][0]  # the counters as they were when the link went down
+    assert 5 in texts[2][0]
 
 
 # ------------------------------------------------------------------------------------------------ retention
