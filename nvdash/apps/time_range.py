@@ -157,7 +157,11 @@ class TimeRangeControl:
         self.apply_button.js_on_click(CustomJS(args={"start": self.start, "end": self.end,
                                                      "button": self.apply_button}, code=APPLY_JS))
         self.apply_button.on_change("tags", self._picked)
-        self.status = Div(text="live", sizing_mode="stretch_width", styles={"color": text_color(dark)})
+        # One line of fixed height: a status whose height followed its text made pages in narrow panes relayout
+        # without end (a scrollbar appearing and going with each new height).
+        self.status = Div(text="live", sizing_mode="stretch_width", height=30,
+                          styles={"color": text_color(dark), "white-space": "nowrap", "overflow": "hidden",
+                                  "text-overflow": "ellipsis", "line-height": "30px"})
 
     @property
     def live(self) -> bool:
