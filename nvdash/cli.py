@@ -218,7 +218,7 @@ def export_parser() -> argparse.ArgumentParser:
     parser.add_argument("--to", dest="end", default=None, help="end: ISO 8601 or Unix seconds (default: newest)")
     parser.add_argument("--query-gpu", default=None, metavar="FIELDS",
                         help="comma-separated nvidia-smi field names (default: timestamp, index, name, "
-                        "utilization.gpu, memory.used, memory.total, temperature.gpu, power.draw)")
+                        "utilization.gpu, memory.used, temperature.gpu, power.draw)")
     parser.add_argument("--format", default="csv", help="csv, optionally with ,noheader and ,nounits")
     parser.add_argument("--id", "-i", dest="gpus", default=None, help="comma-separated GPU indices (default all)")
     parser.add_argument("--output", "-o", "-f", default="-", help="file to write (default: standard output)")
