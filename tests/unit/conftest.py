@@ -1,8 +1,9 @@
-"""Fixtures shared by the tests that run the real pynvml over the fake NVML library."""
+"""Fixtures shared by the unit tests: the real pynvml over the fake NVML library, a thread pool for history loads."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pynvml
@@ -66,3 +67,10 @@ def open_source(
     finally:
         source.close()
         restore()
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    """A one-thread pool, where pages run their history queries."""
+    with ThreadPoolExecutor(1) as pool:
+        yield pool

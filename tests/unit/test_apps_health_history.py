@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -57,12 +56,6 @@ def history_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     writer.flush()
     writer.stop()
     return path
-
-
-@pytest.fixture
-def executor() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(1) as pool:
-        yield pool
 
 
 def health_page(history_file: Path, executor: ThreadPoolExecutor

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -71,12 +71,6 @@ def history_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     writer.flush()
     writer.stop()
     return path
-
-
-@pytest.fixture
-def executor() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(1) as pool:
-        yield pool
 
 
 def context(history_file: Path | None, executor: ThreadPoolExecutor | None = None, *, replay: bool = False
