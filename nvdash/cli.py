@@ -10,9 +10,11 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from nvdash.history.ranges import RangeError, parse_duration
+from nvdash.metrics.collector import GPU_LABELS
 from nvdash.sampling.sampler import MIN_INTERVAL_S
 from nvdash.settings import Settings
 
@@ -20,6 +22,7 @@ ENV_SIMULATE = "NVDASH_SIMULATE"
 ENV_FAULTS = "NVDASH_FAKE_FAULTS"
 ENV_HISTORY = "NVDASH_HISTORY"
 """A history file path, or ``off``: the default of ``--history`` / ``--no-history`` (for the Jupyter proxy)."""
+ENV_METRICS_TOKEN = "NVDASH_METRICS_TOKEN"
 COMMANDS = ("serve", "export", "import", "replay")
 
 
@@ -89,6 +92,15 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
     )
     _add_history_path(parser)
     parser.add_argument("--no-history", action="store_true", help="do not record readings on disk")
+    parser.add_argument("--hostname", default=None, help="the Hostname label of /metrics (default: this machine's)")
+    parser.add_argument("--metrics-counters", default=None, metavar="FILE",
+                        help="the families /metrics exports, a counters file in dcgm-exporter's CSV format")
+    parser.add_argument("--metrics-labels", default=None, metavar="LABELS",
+                        help=f"the labels /metrics keeps, comma-separated (default all: {', '.join(GPU_LABELS)})")
+    parser.add_argument("--metrics-token", default=None, metavar="TOKEN",
+                        help=f"a bearer token /metrics requires (also ${ENV_METRICS_TOKEN})")
+    parser.add_argument("--metrics-token-file", default=None, metavar="FILE",
+                        help="a file holding that token")
     parser.add_argument(
         "--retention",
         default=None,
@@ -141,6 +153,31 @@ def _port(value: int) -> int:
     return value
 
 
+def _metrics_labels(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    labels = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [label for label in labels if label not in GPU_LABELS]
+    if unknown:
+        raise UsageError(f"--metrics-labels: unknown label {unknown[0]!r}; choose from {', '.join(GPU_LABELS)}")
+    if "gpu" not in labels and "UUID" not in labels:
+        raise UsageError("--metrics-labels must keep gpu or UUID, or the GPUs' series would collide")
+    return labels
+
+
+def _metrics_token(token: str | None, path: str | None, environ: Mapping[str, str]) -> str | None:
+    if token and path:
+        raise UsageError("give --metrics-token or --metrics-token-file, not both")
+    if path:
+        try:
+            token = Path(path).expanduser().read_text(encoding="utf-8").strip()
+        except OSError as error:
+            raise UsageError(f"--metrics-token-file: cannot read {path}: {error.strerror}") from None
+        if not token:
+            raise UsageError(f"--metrics-token-file: {path} is empty")
+    return token or environ.get(ENV_METRICS_TOKEN) or None
+
+
 def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     """Validate the serve command line; raises :class:`UsageError` with a one-line message."""
     args = _serve_parser().parse_args(list(argv))
@@ -172,6 +209,10 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         if retention < 600:
             raise UsageError(f"--retention must be at least 10m, not {args.retention}")
     return Settings(
+        hostname=args.hostname,
+        metrics_counters=args.metrics_counters,
+        metrics_labels=_metrics_labels(args.metrics_labels),
+        metrics_token=_metrics_token(args.metrics_token, args.metrics_token_file, environ),
         host=args.host,
         port=_port(args.port),
         interval_s=args.interval,

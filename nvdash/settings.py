@@ -37,3 +37,11 @@ class Settings:
     """How long the history keeps readings."""
     replay: str | None = None
     """A recording to serve instead of live readings (``nvdash replay FILE``); NVML is not touched."""
+    hostname: str | None = None
+    """The ``Hostname`` label of ``/metrics`` (default: this machine's name)."""
+    metrics_counters: str | None = None
+    """A counters file in dcgm-exporter's CSV format choosing the exported families; ``None``: the default file."""
+    metrics_labels: tuple[str, ...] | None = None
+    """The labels ``/metrics`` keeps on each series; ``None``: all of dcgm-exporter's."""
+    metrics_token: str | None = None
+    """A bearer token ``/metrics`` requires; ``None``: open, like the dashboards."""

@@ -23,6 +23,7 @@ from nvdash.sampling.sampler import Sampler
 from nvdash.server.history_api import ExportCsvHandler, HistoryJsonHandler, history_health
 from nvdash.server.history_setup import HistoryRuntime
 from nvdash.server.loop_monitor import LoopMonitor
+from nvdash.server.metrics_handler import MetricsHandler, MetricsSetup
 from nvdash.server.pages import (
     HtmlHandler,
     JsonHandler,
@@ -55,6 +56,8 @@ class Runtime:
     xid_status: str = "not started"
     """``watching``, or why XID events are not watched."""
     history: HistoryRuntime = field(default_factory=HistoryRuntime)
+    metrics: MetricsSetup | None = None
+    """What ``/metrics`` exports (``None``: the default counters file, every label)."""
 
 
 def websocket_origins(settings: Settings) -> list[str]:
@@ -145,11 +148,14 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         return render_index(inventory, prefix, settings.interval_s, store.capacity, PROFILES_HINT, health=health,
                             history=history.status, replay=history.replay)
 
+    metrics = runtime.metrics or MetricsSetup.default(inventory.host.hostname)
     holder: list[Server] = []
     extra: list[tuple[str, type[RequestHandler], dict[str, Any]]] = [
         (r"/", HtmlHandler, {"render": index_page}),
         (r"/index\.json", JsonHandler, {"produce": lambda _h: index_json(inventory, replay=history.replay)}),
         (r"/info\.json", JsonHandler, {"produce": lambda _h: info_json(inventory, history_health(history))}),
+        (r"/metrics", MetricsHandler, {"store": store, "counters": metrics.counters, "options": metrics.options,
+                                        "token": settings.metrics_token}),
         (r"/api/history\.json", HistoryJsonHandler, {"history": history}),
         (r"/export\.csv", ExportCsvHandler, {"history": history, "export": export_text}),
         (r"/api/snapshot\.json", JsonHandler, {"produce": lambda _h: snapshot_json(store)}),

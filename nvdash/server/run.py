@@ -11,6 +11,7 @@ from types import FrameType
 
 from nvdash.health.events import EventDetector
 from nvdash.history.database import HistoryError
+from nvdash.metrics.counters import CountersError
 from nvdash.sampling.cgroups import pod_names_from_logs
 from nvdash.sampling.hardware import Hardware, open_hardware
 from nvdash.sampling.host_processes import HostProcessTable
@@ -21,6 +22,7 @@ from nvdash.sampling.usage import UsageCollector
 from nvdash.server import gc_policy
 from nvdash.server.app import Runtime, make_server
 from nvdash.server.history_setup import open_history, open_replay
+from nvdash.server.metrics_handler import metrics_setup
 from nvdash.settings import Settings
 from nvdash.store import Store
 
@@ -74,15 +76,34 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
     return hardware, runtime
 
 
+def _with_metrics(settings: Settings, runtime: Runtime) -> Runtime:
+    """The runtime with its ``/metrics`` setup; raises :class:`StartupError` for an unusable counters file."""
+    try:
+        runtime.metrics, unknown = metrics_setup(settings, runtime.store.inventory.host.hostname)
+    except CountersError as error:
+        raise StartupError(str(error)) from None
+    if unknown:
+        logging.getLogger(__name__).warning("the counters file names fields nvdash does not read, left out: %s",
+                                            ", ".join(unknown))
+    return runtime
+
+
 def start_runtime(settings: Settings) -> tuple[Hardware | None, Runtime]:
     """Open the hardware, the store, the history and the (unstarted) sampler; for a replay, only the recording."""
     if settings.replay is None:
-        return _live_runtime(settings)
+        hardware, runtime = _live_runtime(settings)
+        try:
+            return hardware, _with_metrics(settings, runtime)
+        except StartupError:
+            runtime.history.close()
+            hardware.close()
+            raise
     try:
         store, history = open_replay(settings.replay, settings.live_samples)
     except HistoryError as error:
         raise StartupError(str(error)) from None
-    return None, Runtime(store=store, sampler=None, history=history, xid_status="replay: no live events")
+    return None, _with_metrics(settings, Runtime(store=store, sampler=None, history=history,
+                                                 xid_status="replay: no live events"))
 
 
 def _describe(runtime: Runtime) -> str:

@@ -1,0 +1,115 @@
+"""The families nvdash can export, by name: dcgm-exporter's names and units where DCGM has the field, ``nvdash_*``
+in base units for the readings DCGM has no name for.
+
+Each field reads one GPU's newest sample (with its inventory entry and its last XID); ``None`` leaves the GPU's
+series out of that scrape, as dcgm-exporter does for a field a GPU does not support.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nvdash.sampling.records import GpuInfo, GpuSample
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """What a field reads: the GPU's identity, its newest sample, and the code of its newest XID (0: none)."""
+
+    info: GpuInfo
+    sample: GpuSample
+    last_xid: int
+
+
+Reader = Callable[[GpuView], float | None]
+
+
+def _mib(value: int | None) -> float | None:
+    return None if value is None else value / MIB
+
+
+def _flag(value: bool | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _ratio(pct: float | None) -> float | None:
+    return None if pct is None else pct / 100.0
+
+
+def _free_mib(view: GpuView) -> float | None:
+    sample = view.sample
+    total = sample.memory_total_bytes if sample.memory_total_bytes is not None else view.info.memory_total_bytes
+    if total is None or sample.memory_used_bytes is None:
+        return None
+    return (total - sample.memory_used_bytes - (sample.memory_reserved_bytes or 0)) / MIB
+
+
+def _total_mib(view: GpuView) -> float | None:
+    sample = view.sample
+    return _mib(sample.memory_total_bytes if sample.memory_total_bytes is not None else view.info.memory_total_bytes)
+
+
+def _sum(first: float | None, second: float | None) -> float | None:
+    return None if first is None or second is None else first + second
+
+
+FIELDS: dict[str, Reader] = {
+    # Utilization and memory (framebuffer sizes in MiB, as DCGM reports them).
+    "DCGM_FI_DEV_GPU_UTIL": lambda v: v.sample.utilization_pct,
+    "DCGM_FI_DEV_FB_USED": lambda v: _mib(v.sample.memory_used_bytes),
+    "DCGM_FI_DEV_FB_FREE": _free_mib,
+    "DCGM_FI_DEV_FB_RESERVED": lambda v: _mib(v.sample.memory_reserved_bytes),
+    "DCGM_FI_DEV_FB_TOTAL": _total_mib,
+    # Temperatures (°C), power (W), energy (mJ since the driver loaded).
+    "DCGM_FI_DEV_GPU_TEMP": lambda v: v.sample.temperature_c,
+    "DCGM_FI_DEV_MEMORY_TEMP": lambda v: v.sample.memory_temperature_c,
+    "DCGM_FI_DEV_SLOWDOWN_TEMP": lambda v: v.info.temperature_slowdown_c,
+    "DCGM_FI_DEV_SHUTDOWN_TEMP": lambda v: v.info.temperature_shutdown_c,
+    "DCGM_FI_DEV_POWER_USAGE": lambda v: v.sample.power_w,
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": lambda v: v.sample.power_limit_w,
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": lambda v: v.sample.energy_mj,
+    "DCGM_FI_DEV_FAN_SPEED": lambda v: v.sample.fan_speed_pct,
+    "DCGM_FI_DEV_PSTATE": lambda v: v.sample.pstate,
+    # Clocks (MHz) and the clock event ("throttle") reasons bitmask, under both of DCGM's names.
+    "DCGM_FI_DEV_SM_CLOCK": lambda v: v.sample.clock_sm_mhz,
+    "DCGM_FI_DEV_MEM_CLOCK": lambda v: v.sample.clock_memory_mhz,
+    "DCGM_FI_DEV_VIDEO_CLOCK": lambda v: v.sample.clock_video_mhz,
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": lambda v: v.sample.clock_event_reasons,
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": lambda v: v.sample.clock_event_reasons,
+    # Errors: the last XID, ECC counts, retired pages, remapped rows, PCIe replays and link state.
+    "DCGM_FI_DEV_XID_ERRORS": lambda v: float(v.last_xid),
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": lambda v: v.sample.ecc_corrected_volatile,
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": lambda v: v.sample.ecc_uncorrected_volatile,
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": lambda v: v.sample.ecc_corrected_aggregate,
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": lambda v: v.sample.ecc_uncorrected_aggregate,
+    "DCGM_FI_DEV_RETIRED_SBE": lambda v: v.sample.retired_pages_sbe,
+    "DCGM_FI_DEV_RETIRED_DBE": lambda v: v.sample.retired_pages_dbe,
+    "DCGM_FI_DEV_RETIRED_PENDING": lambda v: _flag(v.sample.retired_pages_pending),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": lambda v: v.sample.remapped_rows_corrected,
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": lambda v: v.sample.remapped_rows_uncorrected,
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": lambda v: _flag(v.sample.remap_pending),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda v: _flag(v.sample.remap_failure),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": lambda v: v.sample.pcie_replay_count,
+    "DCGM_FI_DEV_PCIE_LINK_GEN": lambda v: v.sample.pcie_generation_current,
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH": lambda v: v.sample.pcie_width_current,
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": lambda v: v.info.pcie_generation,
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": lambda v: v.info.pcie_width,
+    # GPM activity, as DCGM's profiling fields report it: a ratio of time, 0 to 1.
+    "DCGM_FI_PROF_SM_ACTIVE": lambda v: _ratio(v.sample.gpm_sm_active_pct),
+    "DCGM_FI_PROF_SM_OCCUPANCY": lambda v: _ratio(v.sample.gpm_sm_occupancy_pct),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": lambda v: _ratio(v.sample.gpm_tensor_active_pct),
+    "DCGM_FI_PROF_DRAM_ACTIVE": lambda v: _ratio(v.sample.gpm_dram_active_pct),
+    # What DCGM has no name for, in base units.
+    "nvdash_pcie_transmit_bytes_per_second": lambda v: v.sample.pcie_tx_bytes_per_s,
+    "nvdash_pcie_receive_bytes_per_second": lambda v: v.sample.pcie_rx_bytes_per_s,
+    "nvdash_pcie_max_bytes_per_second": lambda v: v.info.pcie_max_bytes_per_s,
+    "nvdash_nvlink_transmit_bytes_per_second": lambda v: v.sample.nvlink_tx_bytes_per_s,
+    "nvdash_nvlink_receive_bytes_per_second": lambda v: v.sample.nvlink_rx_bytes_per_s,
+    "nvdash_nvlink_bytes_per_second": lambda v: _sum(v.sample.nvlink_tx_bytes_per_s, v.sample.nvlink_rx_bytes_per_s),
+    "nvdash_nvlink_max_bytes_per_second": lambda v: v.info.nvlink_max_bytes_per_s,
+    "nvdash_gpu_lost": lambda v: _flag(v.sample.lost),
+}
+"""Every per-GPU family nvdash can export, by name."""
