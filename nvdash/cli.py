@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from nvdash.history.ranges import RangeError, parse_duration
-from nvdash.metrics.collector import GPU_LABELS
+from nvdash.metrics.collector import GPU_LABELS, LABEL_FIELDS
 from nvdash.sampling.sampler import MIN_INTERVAL_S
 from nvdash.settings import Settings
 
@@ -157,9 +157,10 @@ def _metrics_labels(text: str | None) -> tuple[str, ...] | None:
     if text is None:
         return None
     labels = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [label for label in labels if label not in GPU_LABELS]
+    known = (*GPU_LABELS, *LABEL_FIELDS)
+    unknown = [label for label in labels if label not in known]
     if unknown:
-        raise UsageError(f"--metrics-labels: unknown label {unknown[0]!r}; choose from {', '.join(GPU_LABELS)}")
+        raise UsageError(f"--metrics-labels: unknown label {unknown[0]!r}; choose from {', '.join(known)}")
     if "gpu" not in labels and "UUID" not in labels:
         raise UsageError("--metrics-labels must keep gpu or UUID, or the GPUs' series would collide")
     return labels

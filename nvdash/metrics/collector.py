@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from prometheus_client.metrics_core import Metric
 
+from nvdash.health.xid import xid_info
 from nvdash.metrics.counters import Counter
 from nvdash.metrics.fields import FIELDS, GpuView
 from nvdash.sampling.records import GpuEvent, GpuInfo, Snapshot
@@ -21,9 +22,21 @@ GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 """dcgm-exporter's labels on every per-GPU series."""
 
 
+LABEL_FIELDS = ("DCGM_FI_DRIVER_VERSION",)
+"""The ``label`` rows nvdash can fill: the field becomes a label of every series."""
+XID_FAMILY = "DCGM_FI_DEV_XID_ERRORS"
+NO_ERROR = "No Error"
+
+
 def unknown_fields(counters: Sequence[Counter]) -> list[str]:
     """The names of a counters file that nvdash cannot export."""
-    return [counter.name for counter in counters if counter.name not in FIELDS]
+    return [counter.name for counter in counters
+            if (counter.name not in LABEL_FIELDS if counter.kind == "label" else counter.name not in FIELDS)]
+
+
+def xid_labels(code: int) -> dict[str, str]:
+    """``err_code`` and ``err_msg`` of the XID family's sample, as dcgm-exporter adds them (0: no error)."""
+    return {"err_code": str(code), "err_msg": NO_ERROR if code == 0 else xid_info(code).meaning}
 
 
 def last_xids(events: Sequence[GpuEvent]) -> dict[int, int]:
@@ -50,10 +63,17 @@ class StoreCollector:
     def __init__(self, store: Store, counters: Sequence[Counter], options: ExportOptions,
                  openmetrics: bool = False) -> None:
         self.store = store
-        self.counters = [counter for counter in counters if counter.name in FIELDS]
+        self.counters = [counter for counter in counters if counter.kind != "label" and counter.name in FIELDS]
         self.options = options
         self.openmetrics = openmetrics
         self.label_names = [name for name in GPU_LABELS if name not in options.drop_labels]
+        self.extra_labels = self._extra_labels([c.name for c in counters if c.kind == "label"])
+
+    def _extra_labels(self, names: Sequence[str]) -> dict[str, str]:
+        """The ``label`` rows' labels and values (a value nvdash does not know leaves its label off)."""
+        driver = self.store.inventory.driver_version
+        values = {"DCGM_FI_DRIVER_VERSION": driver}
+        return {name: value for name in names if (value := values.get(name)) and name not in self.options.drop_labels}
 
     def _labels(self, info: GpuInfo) -> list[str]:
         values = {
@@ -89,5 +109,9 @@ class StoreCollector:
                     continue  # a lost GPU has no readings: only its lost flag
                 value = read(view)
                 if value is not None:
-                    family.add_sample(counter.name, dict(zip(self.label_names, labels, strict=True)), float(value))
+                    sample_labels = dict(zip(self.label_names, labels, strict=True))
+                    sample_labels.update(self.extra_labels)
+                    if counter.name == XID_FAMILY:
+                        sample_labels.update(xid_labels(view.last_xid))
+                    family.add_sample(counter.name, sample_labels, float(value))
             yield family

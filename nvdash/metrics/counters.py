@@ -1,16 +1,20 @@
 """Which metric families ``/metrics`` exports: a counters file in dcgm-exporter's own CSV format.
 
-Each line is ``NAME, type, help`` (``gauge`` or ``counter``); ``#`` starts a comment; blank lines are skipped.
-A file made for dcgm-exporter works unchanged: fields nvdash cannot read are reported once and left out.
+As dcgm-exporter reads it: each line is a CSV record of exactly three fields, ``NAME, type, help`` (spaces
+around a field are trimmed; a help text with a comma is quoted); a line starting with ``#`` is a comment; blank
+lines are skipped. Types are ``gauge``, ``counter``, ``untyped``, and ``label`` (the field becomes a label of
+every series instead of a family, e.g. ``DCGM_FI_DRIVER_VERSION``). A file made for dcgm-exporter works
+unchanged: fields nvdash cannot read are reported once and left out.
 """
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-TYPES = ("gauge", "counter")
+TYPES = ("gauge", "counter", "untyped", "label")
 DEFAULT_FILE = "default-counters.csv"
 
 
@@ -32,15 +36,19 @@ def parse_counters(text: str, source: str = "counters file") -> list[Counter]:
     counters: list[Counter] = []
     seen: set[str] = set()
     for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
+        if not raw.strip() or raw.startswith("#"):
             continue
-        parts = [part.strip() for part in line.split(",", 2)]
-        if len(parts) < 3 or not parts[0]:
-            raise CountersError(f"{source}:{number}: expected 'NAME, gauge|counter, help text', got {line!r}")
-        name, kind, text_help = parts
+        try:
+            (record,) = list(csv.reader([raw], skipinitialspace=True))
+        except (csv.Error, ValueError):
+            raise CountersError(f"{source}:{number}: not a CSV record: {raw.strip()!r}") from None
+        fields = [field.strip(" ") for field in record]
+        if len(fields) != 3 or not fields[0]:
+            raise CountersError(f"{source}:{number}: expected 3 fields 'NAME, type, help', got {len(fields)}: "
+                                f"{raw.strip()!r}")
+        name, kind, text_help = fields
         if kind.lower() not in TYPES:
-            raise CountersError(f"{source}:{number}: type {kind!r} of {name} is not gauge or counter")
+            raise CountersError(f"{source}:{number}: type {kind!r} of {name} is not one of {', '.join(TYPES)}")
         if name in seen:
             continue
         seen.add(name)

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from tornado.web import RequestHandler
 
-from nvdash.metrics.collector import GPU_LABELS, ExportOptions, StoreCollector, unknown_fields
+from nvdash.metrics.collector import GPU_LABELS, LABEL_FIELDS, ExportOptions, StoreCollector, unknown_fields
 from nvdash.metrics.counters import Counter, default_counters, load_counters
 from nvdash.metrics.exposition import TEXT_CONTENT_TYPE, text_format
 from nvdash.settings import Settings
@@ -38,7 +38,7 @@ def metrics_setup(settings: Settings, hostname: str) -> tuple[MetricsSetup, list
     counters = load_counters(settings.metrics_counters)
     drop: frozenset[str] = frozenset()
     if settings.metrics_labels is not None:
-        drop = frozenset(label for label in GPU_LABELS if label not in settings.metrics_labels)
+        drop = frozenset(label for label in (*GPU_LABELS, *LABEL_FIELDS) if label not in settings.metrics_labels)
     options = ExportOptions(hostname=settings.hostname or hostname, drop_labels=drop)
     return MetricsSetup(tuple(counters), options), unknown_fields(counters)
 

@@ -34,7 +34,8 @@ def test_metrics_for_every_gpu_in_dcgm_exporters_names(tmp_path: Path) -> None:
         utilization = found["DCGM_FI_DEV_GPU_UTIL"]
         assert sorted(int(labels["gpu"]) for labels, _ in utilization) == list(range(8))
         labels = utilization[0][0]
-        assert set(labels) == {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
+        assert set(labels) == {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
+                               "DCGM_FI_DRIVER_VERSION"}
         assert labels["Hostname"] == "gpu-node-7"
         assert labels["modelName"] == "NVIDIA H100 80GB HBM3"
         assert labels["device"] == f"nvidia{labels['gpu']}"
@@ -90,7 +91,8 @@ def test_a_bad_counters_file_is_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("DCGM_FI_DEV_GPU_UTIL, summary, nope\n")
     for args, message in (
-        (["--metrics-counters", str(bad)], f"{bad}:1: type 'summary' of DCGM_FI_DEV_GPU_UTIL is not gauge or counter"),
+        (["--metrics-counters", str(bad)],
+         f"{bad}:1: type 'summary' of DCGM_FI_DEV_GPU_UTIL is not one of gauge, counter, untyped, label"),
         (["--metrics-counters", str(tmp_path / "none.csv")], "cannot read counters file"),
         (["--metrics-labels", "gpu,color"], "--metrics-labels: unknown label 'color'"),
     ):

@@ -51,6 +51,16 @@ def families(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return {family.name: [(sample.labels, sample.value) for sample in family.samples] for family in parse_text(text)}
 
 
+def test_quoted_help_labels_and_untyped_rows_are_read() -> None:
+    counters = parse_counters('DCGM_FI_DEV_GPU_UTIL, untyped, "GPU utilization, in %"\n'
+                              "DCGM_FI_DRIVER_VERSION, label, Driver Version\n")
+    assert [(c.name, c.kind, c.help) for c in counters] == [
+        ("DCGM_FI_DEV_GPU_UTIL", "untyped", "GPU utilization, in %"),
+        ("DCGM_FI_DRIVER_VERSION", "label", "Driver Version")]
+    assert unknown_fields(counters) == []
+    assert unknown_fields(parse_counters("DCGM_FI_DEV_SERIAL, label, Serial")) == ["DCGM_FI_DEV_SERIAL"]
+
+
 def test_counters_file_in_dcgm_exporters_format() -> None:
     counters = parse_counters(COUNTERS)
     assert [(c.name, c.kind) for c in counters][:4] == [
@@ -62,7 +72,8 @@ def test_counters_file_in_dcgm_exporters_format() -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("DCGM_FI_DEV_GPU_UTIL gauge", "counters file:1: expected 'NAME, gauge|counter, help text'"),
+    ("DCGM_FI_DEV_GPU_UTIL gauge", "counters file:1: expected 3 fields 'NAME, type, help', got 1"),
+    ("DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization, in %", "counters file:1: expected 3 fields"),
     ("\n# c\nDCGM_FI_DEV_GPU_UTIL, histogram, x", "counters file:3: type 'histogram' of DCGM_FI_DEV_GPU_UTIL"),
 ])
 def test_bad_counters_lines_are_named(text: str, message: str) -> None:
@@ -84,6 +95,10 @@ def test_the_collector_exports_dcgm_names_units_and_labels() -> None:
     assert found["DCGM_FI_DEV_FB_FREE"][0][1] == 80 * 1024 - 30 * 1024 - 512  # total - used - reserved, MiB
     assert found["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][0][1] == 123_456_789  # mJ
     assert [value for _, value in found["DCGM_FI_DEV_XID_ERRORS"]] == [31.0, 0.0]  # the newest XID; 0 for none
+    xid_labels = [(labels["err_code"], labels["err_msg"]) for labels, _ in found["DCGM_FI_DEV_XID_ERRORS"]]
+    assert xid_labels[1] == ("0", "No Error")
+    assert xid_labels[0][0] == "31"
+    assert "page fault" in xid_labels[0][1]  # XID 31: a GPU memory page fault (NVIDIA's XID catalog)
     assert found["DCGM_FI_PROF_SM_ACTIVE"] == [(labels, 0.42)]  # a ratio, 0 to 1
     assert found["nvdash_pcie_transmit_bytes_per_second"] == [(labels, 1.5e9)]
     assert "DCGM_FI_DEV_ENC_UTIL" not in found
@@ -103,6 +118,15 @@ def test_openmetrics_parses_and_declares_dcgm_counters_unknown() -> None:
     assert parsed["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].type == "unknown"
     assert parsed["DCGM_FI_DEV_GPU_UTIL"].samples[0].value == 87.0
     assert generate_latest(registry)  # prometheus_client's own writer accepts the families too
+
+
+def test_the_driver_version_label_row_labels_every_series() -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    counters = parse_counters("DCGM_FI_DRIVER_VERSION, label, Driver Version\n" + COUNTERS)
+    registry.register(StoreCollector(store_with_readings(), counters, ExportOptions(hostname="n1")))
+    found = families(text_format(registry.collect()).decode())
+    assert "DCGM_FI_DRIVER_VERSION" not in found  # a label, not a family
+    assert {labels["DCGM_FI_DRIVER_VERSION"] for labels, _ in found["DCGM_FI_DEV_GPU_UTIL"]} == {"550.54"}
 
 
 def test_dropped_labels_are_left_off() -> None:
