@@ -222,6 +222,8 @@ class HistoryLayers:
         self.keys = [item.key for _, series, _ in self.plots for item in series if item.metric is not None]
         self.bands: ColumnDataSource | None = None
         self.ends: ColumnDataSource | None = None
+        self.pairs: list[tuple[GlyphRenderer[Any], GlyphRenderer[Any]]] = []
+        """Each band with its line; bands are hidden in Live, so the browser skips them while streaming."""
 
     def _empty(self) -> DataDict:
         data: DataDict = {}
@@ -240,10 +242,11 @@ class HistoryLayers:
                     continue
                 glyph = Patch(x=item.key + BAND_X, y=item.key + BAND_Y, fill_color=item.color,
                               fill_alpha=BAND_ALPHA, line_color=None)
-                band = GlyphRenderer(data_source=bands, glyph=glyph, name=item.key + " band", visible=line.visible,
+                band = GlyphRenderer(data_source=bands, glyph=glyph, name=item.key + " band", visible=False,
                                      nonselection_glyph=None, muted_glyph=None)
                 line.js_link("visible", band, "visible")  # hidden with its line from the legend
                 made.append(band)
+                self.pairs.append((band, line))
             # One change of each plot's renderers (the browser rebuilds a plot's views on every change).
             fig.renderers = [*made, *fig.renderers]
         if self.plots:
@@ -277,12 +280,16 @@ class HistoryLayers:
             data[key + BAND_X] = _padded(xs, size)
             data[key + BAND_Y] = _padded(ys, size).astype(np.float32)  # half the bytes; ample for a plot
         bands.data = data
+        for band, line in self.pairs:
+            band.visible = line.visible
         ends.data = {"time": np.array([result.start_s, result.end_s]) * 1000.0, "zero": np.zeros(2)}
 
     def clear(self) -> None:
         """Nothing drawn (Live)."""
         if self.bands is not None and self.ends is not None:
             self.bands.data = self._empty()
+            for band, _line in self.pairs:
+                band.visible = False
             self.ends.data = {"time": _nan(0), "zero": _nan(0)}
 
 

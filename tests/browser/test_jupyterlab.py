@@ -84,21 +84,29 @@ def wait_for_canvas(page: Page, route: str) -> None:
     frame.locator("canvas").first.wait_for(state="attached", timeout=CANVAS_TIMEOUT_MS)
 
 
+def snap(target: Locator, path: str | None = None) -> bytes:
+    """What ``target`` shows: the page's pixels in its box. An element screenshot would first wait for the element
+    to hold still over two animation frames, which a page busy redrawing live panes may not give in time."""
+    box = target.bounding_box()
+    assert box is not None, "the pane is not shown"
+    return target.page.screenshot(clip=box, path=path)
+
+
 def keeps_changing(target: Locator, seconds: float = 2.5, tries: int = 4) -> bool:
     """Whether what ``target`` shows changes within ``tries`` x ``seconds`` (a live dashboard redraws; on a
     loaded machine a freshly loaded one may take a few seconds to draw at all)."""
     target.page.wait_for_timeout(1_000)
-    before = target.screenshot()
+    before = snap(target)
     for _ in range(tries):
         target.page.wait_for_timeout(seconds * 1000)
-        if target.screenshot() != before:
+        if snap(target) != before:
             return True
     return False
 
 
 def brightness(target: Locator) -> float:
     """Mean grey level (0-255) of the page behind the plots: a strip along the pane's left edge."""
-    image = Image.open(io.BytesIO(target.screenshot())).convert("L")
+    image = Image.open(io.BytesIO(snap(target))).convert("L")
     strip = image.crop((0, 0, 6, image.height))
     return float(ImageStat.Stat(strip).mean[0])
 
@@ -159,7 +167,7 @@ def test_every_dashboard_opens_as_a_pane_that_updates(page: Page, route: str) ->
     assert (frame.get_attribute("src") or "").endswith(f"/nvdash{route}?theme=light")
     if route not in STATIC_ROUTES:
         assert keeps_changing(target), f"{route} did not change on screen"
-    target.screenshot(path=str(artifact(f"jupyterlab-pane{route.replace('/', '-')}.png")))
+    snap(target, str(artifact(f"jupyterlab-pane{route.replace('/', '-')}.png")))
 
 
 def test_opening_an_open_dashboard_focuses_it(page: Page) -> None:
@@ -218,7 +226,7 @@ def test_panes_follow_the_dark_theme(page: Page) -> None:
         page.wait_for_timeout(2_000)
         dark = brightness(pane(page, route))
         page.screenshot(path=str(artifact("jupyterlab-dark.png")))
-        pane(page, route).screenshot(path=str(artifact("jupyterlab-dark-pane.png")))
+        snap(pane(page, route), str(artifact("jupyterlab-dark-pane.png")))
         # A pane hidden behind another tab keeps its page until it is shown, then loads the dark one.
         assert (pane(page, hidden).locator("iframe").get_attribute("src") or "") == hidden_src
         open_dashboard(page, ROUTES[hidden])

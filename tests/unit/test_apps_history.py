@@ -17,6 +17,7 @@ from bokeh.document import Document
 from bokeh.document.events import ColumnsStreamedEvent
 from bokeh.events import MenuItemClick
 from bokeh.models import ColumnDataSource, CustomJS, Patch, Plot, Rect
+from bokeh.models.renderers import GlyphRenderer
 from bokeh.models.widgets import Dropdown, Toggle
 from bokeh.server.callbacks import NextTickCallback
 
@@ -183,8 +184,11 @@ def test_seven_days_shows_bucket_means_with_min_max_bands_and_a_gap(
     assert control.live
     assert control.menu.label == "Live"
     assert control.status.text == "live"
-    bands = named_source(doc, BANDS_NAME)  # made with the page, empty in Live
+    bands = named_source(doc, BANDS_NAME)  # made with the page, empty and hidden in Live
     assert all(len(column) == 0 for column in bands.data.values())
+    band_renderers = [r for r in models(doc, GlyphRenderer) if (r.name or "").endswith(" band")]
+    assert len(band_renderers) == 3 * 3 + 2  # utilization, memory, PCIe for 3 GPUs; NVLink for the 2 that have it
+    assert not any(r.visible for r in band_renderers)  # the browser skips them while streaming
 
     control.menu._trigger_event(MenuItemClick(control.menu, item="7d"))
     assert not control.live
@@ -203,6 +207,7 @@ def test_seven_days_shows_bucket_means_with_min_max_bands_and_a_gap(
     assert_floats(xs, expected_xs)
     assert_floats(ys, expected_ys)
     assert sum(math.isnan(x) for x in xs) == 2  # two polygons: before and after the silent hour
+    assert all(r.visible for r in band_renderers)
     assert all(low < high for low, high in zip(minimum, maximum, strict=True) if not math.isnan(low))
     assert all(glyph.fill_alpha == pytest.approx(0.2) for glyph in models(doc, Patch))
     assert_floats(named_source(doc, ENDS_NAME).data["time"], [(NOW - 7 * 86_400) * 1000.0, NOW * 1000.0])
