@@ -89,7 +89,7 @@ def snap(target: Locator, path: str | None = None) -> bytes:
     to hold still over two animation frames, which a page busy redrawing live panes may not give in time."""
     box = target.bounding_box()
     assert box is not None, "the pane is not shown"
-    return target.page.screenshot(clip=box, path=path)
+    return target.page.screenshot(clip=box, path=path, timeout=60_000)
 
 
 def keeps_changing(target: Locator, seconds: float = 2.5, tries: int = 4) -> bool:
