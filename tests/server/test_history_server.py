@@ -136,8 +136,9 @@ def test_kill_9_at_random_moments_never_corrupts_and_loses_only_seconds(tmp_path
     chooser = random.Random()
     for attempt in range(3):
         with nvdash_server([*FAST, "--history", str(path)]) as server:
-            wait_for(server.health, lambda h: h["history"]["batches"] >= 1, timeout_s=60.0)
-            time.sleep(chooser.uniform(0.0, 2.0))  # a random moment, not a wait for a condition
+            # A random moment: after 1 to 4 of the writer's batches.
+            batches = chooser.randint(1, 4)
+            wait_for(server.health, lambda h, n=batches: h["history"]["batches"] >= n, timeout_s=60.0)
             killed_at = time.time()
             server.process.kill()
             server.process.wait(10)

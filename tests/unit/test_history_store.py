@@ -283,11 +283,11 @@ def test_a_running_writer_holds_the_lock(tmp_path: Path) -> None:
 
 
 HOLDER = """
-import sys, time
+import signal, sys
 from pathlib import Path
 from nvdash.history.database import lock_for_writing
 lock = lock_for_writing(Path(sys.argv[1]))
-time.sleep(600)
+signal.pause()
 """
 
 
