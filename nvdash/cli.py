@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -101,6 +102,12 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
                         help=f"a bearer token /metrics requires (also ${ENV_METRICS_TOKEN})")
     parser.add_argument("--metrics-token-file", default=None, metavar="FILE",
                         help="a file holding that token")
+    parser.add_argument("--metrics-pods", action="store_true",
+                        help="label /metrics series with the namespace, pod and container using each GPU")
+    parser.add_argument("--metrics-processes", action="store_true",
+                        help="export per-process families on /metrics (one series per GPU process)")
+    parser.add_argument("--prometheus", default=None, metavar="URL",
+                        help="a Prometheus-API endpoint (Prometheus, Thanos Query, Mimir): adds the cluster dashboards")
     parser.add_argument(
         "--retention",
         default=None,
@@ -179,6 +186,16 @@ def _metrics_token(token: str | None, path: str | None, environ: Mapping[str, st
     return token or environ.get(ENV_METRICS_TOKEN) or None
 
 
+def _prometheus_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    url = value.strip().rstrip("/")
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise UsageError(f"--prometheus must be an http:// or https:// URL, not {value!r}")
+    return url
+
+
 def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     """Validate the serve command line; raises :class:`UsageError` with a one-line message."""
     args = _serve_parser().parse_args(list(argv))
@@ -214,6 +231,9 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         metrics_counters=args.metrics_counters,
         metrics_labels=_metrics_labels(args.metrics_labels),
         metrics_token=_metrics_token(args.metrics_token, args.metrics_token_file, environ),
+        metrics_pods=args.metrics_pods,
+        metrics_processes=args.metrics_processes,
+        prometheus_url=_prometheus_url(args.prometheus),
         host=args.host,
         port=_port(args.port),
         interval_s=args.interval,

@@ -45,3 +45,9 @@ class Settings:
     """The labels ``/metrics`` keeps on each series; ``None``: all of dcgm-exporter's."""
     metrics_token: str | None = None
     """A bearer token ``/metrics`` requires; ``None``: open, like the dashboards."""
+    metrics_pods: bool = False
+    """Whether ``/metrics`` labels series with the ``namespace``, ``pod`` and ``container`` using each GPU."""
+    metrics_processes: bool = False
+    """Whether ``/metrics`` exports per-process families (one series per GPU process: high cardinality)."""
+    prometheus_url: str | None = None
+    """A Prometheus-API endpoint (Prometheus, Thanos Query, Mimir) for the cluster dashboards; ``None``: none."""
