@@ -6,9 +6,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nvdash.history.query import HistoryBackend
 from nvdash.store import Store
+
+if TYPE_CHECKING:
+    from nvdash.cluster import ClusterRuntime
 
 
 @dataclass(frozen=True)
@@ -25,3 +29,12 @@ class AppContext:
     """"Now" for relative ranges: the wall clock, or the end of the recording when replaying."""
     replay: bool = False
     """True when serving a recording: there are no live readings, the pages open on a past range."""
+    past_only: bool = False
+    """True for a page with no live readings of its own (the cluster's, read from Prometheus)."""
+    cluster: ClusterRuntime | None = None
+    """The cluster over Prometheus (``--prometheus``); ``None`` when not asked for."""
+
+    @property
+    def live_readings(self) -> bool:
+        """Whether the pages can stream live readings (not from a recording, not from Prometheus)."""
+        return not (self.replay or self.past_only)

@@ -9,6 +9,8 @@ from enum import Enum
 from bokeh.document import Document
 
 from nvdash.apps import (
+    cluster_nodes,
+    cluster_pods,
     gpu_details,
     gpu_health,
     gpu_memory,
@@ -33,6 +35,8 @@ class Requirement(Enum):
     NVLINK = "nvlink"
     TOPOLOGY = "topology"
     """At least two GPUs and NVML's answer on how they are connected."""
+    PROMETHEUS = "prometheus"
+    """A Prometheus to ask about the cluster (``--prometheus URL``)."""
 
 
 @dataclass(frozen=True)
@@ -57,13 +61,19 @@ APPS: tuple[AppSpec, ...] = (
     AppSpec("/NVLink-Timeline", nvlink_timeline.TITLE, nvlink_timeline.build, Requirement.NVLINK),
     AppSpec("/GPU-Topology", gpu_topology.TITLE, gpu_topology.build, Requirement.TOPOLOGY),
     AppSpec("/Machine-Resources", machine_resources.TITLE, machine_resources.build, Requirement.NONE),
+    AppSpec("/Cluster-Nodes", cluster_nodes.TITLE, cluster_nodes.build, Requirement.PROMETHEUS),
+    AppSpec("/Cluster-Pods", cluster_pods.TITLE, cluster_pods.build, Requirement.PROMETHEUS),
 )
+NO_PROMETHEUS = "The cluster pages read every node's readings from Prometheus: start nvdash with --prometheus URL."
 
 
-def unavailable_reason(spec: AppSpec, inventory: Inventory) -> str | None:
-    """``None`` when ``spec`` has data on this machine, else a plain sentence saying why not."""
+def unavailable_reason(spec: AppSpec, inventory: Inventory, cluster: bool = False) -> str | None:
+    """``None`` when ``spec`` has data on this machine (or, for a cluster page, when a Prometheus is given),
+    else a plain sentence saying why not."""
     if spec.requires is Requirement.NONE:
         return None
+    if spec.requires is Requirement.PROMETHEUS:
+        return None if cluster else NO_PROMETHEUS
     if not inventory.has_gpus:
         detail = (inventory.nvml_error or "").strip().rstrip(".")
         return f"No NVIDIA GPU was found: {detail}." if detail else "No NVIDIA GPU was found."
@@ -77,6 +87,6 @@ def unavailable_reason(spec: AppSpec, inventory: Inventory) -> str | None:
     return None
 
 
-def available_apps(inventory: Inventory) -> list[AppSpec]:
+def available_apps(inventory: Inventory, cluster: bool = False) -> list[AppSpec]:
     """The apps worth offering on this machine, in ``APPS`` order."""
-    return [spec for spec in APPS if unavailable_reason(spec, inventory) is None]
+    return [spec for spec in APPS if unavailable_reason(spec, inventory, cluster) is None]

@@ -166,7 +166,7 @@ class TimeRangeControl:
     @property
     def live(self) -> bool:
         """True while the view streams from the store."""
-        return self.time_range is None and not self.ctx.replay
+        return self.time_range is None and self.ctx.live_readings
 
     def widgets(self) -> list[UIElement]:
         """The control's widgets in a row's order, the page's pause button after the menu."""
@@ -176,7 +176,7 @@ class TimeRangeControl:
     def _choices(self) -> list[str]:
         if self.ctx.history is None:
             return [LIVE]
-        live = [] if self.ctx.replay else [LIVE]
+        live = [LIVE] if self.ctx.live_readings else []
         return [*live, *PRESETS, CUSTOM]
 
     @staticmethod
@@ -192,12 +192,12 @@ class TimeRangeControl:
             self._show_state(None)
             self.status.text = HISTORY_OFF
             return
-        default = REPLAY_DEFAULT if self.ctx.replay else None
+        default = None if self.ctx.live_readings else REPLAY_DEFAULT
         now = self.ctx.clock()
         try:
             time_range = resolve(arguments, now, default)
-            if time_range is None and self.ctx.replay:
-                raise RangeError("a recording has no live readings")
+            if time_range is None and not self.ctx.live_readings:
+                raise RangeError("a recording has no live readings" if self.ctx.replay else "no live readings here")
         except RangeError as error:
             time_range = resolve({}, now, default)
             fallback = "live" if time_range is None else describe_range(time_range)
@@ -232,7 +232,7 @@ class TimeRangeControl:
 
     def show(self, time_range: TimeRange | None) -> None:
         """Switch to ``time_range`` (``None``: Live) and keep the URL on it."""
-        if time_range is None and self.ctx.replay:
+        if time_range is None and not self.ctx.live_readings:
             return
         if time_range is None:
             self._show_state(None)

@@ -17,6 +17,7 @@ from tornado.ioloop import IOLoop
 from tornado.web import RequestHandler
 
 from nvdash.apps import APPS, AppContext, AppSpec, unavailable_reason
+from nvdash.cluster import ClusterRuntime
 from nvdash.health.status import evaluate
 from nvdash.history.csv_io import export_text
 from nvdash.sampling.sampler import Sampler
@@ -58,6 +59,8 @@ class Runtime:
     history: HistoryRuntime = field(default_factory=HistoryRuntime)
     metrics: MetricsSetup | None = None
     """What ``/metrics`` exports (``None``: the default counters file, every label)."""
+    cluster: ClusterRuntime | None = None
+    """The cluster over Prometheus (``--prometheus``), else ``None``."""
 
 
 def websocket_origins(settings: Settings) -> list[str]:
@@ -129,12 +132,14 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
     inventory = store.inventory
     history = runtime.history
     context = AppContext(store=store, interval_s=settings.interval_s, history=history.backend,
-                         history_executor=history.executor, clock=history.clock, replay=history.replay)
+                         history_executor=history.executor, clock=history.clock, replay=history.replay,
+                         cluster=runtime.cluster)
+    cluster = runtime.cluster is not None
     prefix = settings.prefix
     applications: dict[str, Application] = {}
     unavailable_routes: list[tuple[str, type[RequestHandler], dict[str, Any]]] = []
     for spec in APPS:
-        reason = unavailable_reason(spec, inventory)
+        reason = unavailable_reason(spec, inventory, cluster)
         if reason is None:
             applications[spec.route] = _application(spec, context)
         else:
@@ -146,13 +151,14 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
     def index_page() -> str:
         health = evaluate(inventory, store.latest(), store.events(), time.time())
         return render_index(inventory, prefix, settings.interval_s, store.capacity, PROFILES_HINT, health=health,
-                            history=history.status, replay=history.replay)
+                            history=history.status, replay=history.replay, cluster=cluster)
 
     metrics = runtime.metrics or MetricsSetup.default(inventory.host.hostname)
     holder: list[Server] = []
     extra: list[tuple[str, type[RequestHandler], dict[str, Any]]] = [
         (r"/", HtmlHandler, {"render": index_page}),
-        (r"/index\.json", JsonHandler, {"produce": lambda _h: index_json(inventory, replay=history.replay)}),
+        (r"/index\.json", JsonHandler, {"produce": lambda _h: index_json(inventory, replay=history.replay,
+                                                                                   cluster=cluster)}),
         (r"/info\.json", JsonHandler, {"produce": lambda _h: info_json(inventory, history_health(history))}),
         (r"/metrics", MetricsHandler, {"store": store, "counters": metrics.counters, "options": metrics.options,
                                         "token": settings.metrics_token}),

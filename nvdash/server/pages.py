@@ -10,7 +10,7 @@ from typing import Any
 from jinja2 import Environment, select_autoescape
 from tornado.web import RequestHandler
 
-from nvdash.apps import APPS, AppSpec, available_apps, unavailable_reason
+from nvdash.apps import APPS, AppSpec, Requirement, available_apps, unavailable_reason
 from nvdash.health.status import GpuHealth
 from nvdash.sampling.records import Inventory
 from nvdash.units import format_bytes, format_rate
@@ -26,10 +26,11 @@ def _template(name: str) -> Any:
 REPLAY_MARK = " (replay)"
 
 
-def index_json(inventory: Inventory, replay: bool = False) -> dict[str, str]:
+def index_json(inventory: Inventory, replay: bool = False, cluster: bool = False) -> dict[str, str]:
     """Each available route mapped to its title, in the registry's order; a replay's titles say so."""
     mark = REPLAY_MARK if replay else ""
-    return {spec.route: spec.title + mark for spec in available_apps(inventory)}
+    return {spec.route: spec.title + (mark if spec.requires is not Requirement.PROMETHEUS else "")
+            for spec in available_apps(inventory, cluster)}
 
 
 def info_json(inventory: Inventory, history: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -70,6 +71,7 @@ def render_index(
     health: Sequence[GpuHealth] = (),
     history: str = "off",
     replay: bool = False,
+    cluster: bool = False,
 ) -> str:
     """The bookmarkable HTML index; ``health`` gives each GPU's current status and its first reason."""
     by_index = {item.index: item for item in health}
@@ -105,8 +107,8 @@ def render_index(
             gpus=gpus,
             nvml_error=inventory.nvml_error or "no GPU was found",
             profiles=profiles,
-            apps=[{"href": prefix + spec.route, "title": spec.title} for spec in available_apps(inventory)],
-            unavailable=_unavailable_by_reason(inventory),
+            apps=[{"href": prefix + spec.route, "title": spec.title} for spec in available_apps(inventory, cluster)],
+            unavailable=_unavailable_by_reason(inventory, cluster),
             interval=f"{interval_s:g}",
             live_samples=f"{live_samples} samples",
             history=history,
@@ -126,11 +128,11 @@ def _health_cell(health: GpuHealth | None) -> dict[str, str]:
     return {"status": health.status.value, "label": labels[health.status.value], "reason": reason}
 
 
-def _unavailable_by_reason(inventory: Inventory) -> list[dict[str, str]]:
+def _unavailable_by_reason(inventory: Inventory, cluster: bool = False) -> list[dict[str, str]]:
     """The dashboards this machine cannot feed, grouped under each reason (a reason is said once)."""
     groups: dict[str, list[str]] = {}
     for spec in APPS:
-        reason = unavailable_reason(spec, inventory)
+        reason = unavailable_reason(spec, inventory, cluster)
         if reason is not None:
             groups.setdefault(reason, []).append(spec.title)
     return [{"reason": reason, "titles": ", ".join(titles)} for reason, titles in groups.items()]

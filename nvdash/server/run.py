@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from nvdash.cluster import open_cluster
 from nvdash.health.events import EventDetector
 from nvdash.history.database import HistoryError
 from nvdash.metrics.counters import CountersError
@@ -88,12 +89,19 @@ def _with_metrics(settings: Settings, runtime: Runtime) -> Runtime:
     return runtime
 
 
+def _with_cluster(settings: Settings, runtime: Runtime) -> Runtime:
+    """The runtime with the cluster pages' Prometheus client (unstarted), when ``--prometheus`` was given."""
+    if settings.prometheus_url is not None:
+        runtime.cluster = open_cluster(settings.prometheus_url)
+    return runtime
+
+
 def start_runtime(settings: Settings) -> tuple[Hardware | None, Runtime]:
     """Open the hardware, the store, the history and the (unstarted) sampler; for a replay, only the recording."""
     if settings.replay is None:
         hardware, runtime = _live_runtime(settings)
         try:
-            return hardware, _with_metrics(settings, runtime)
+            return hardware, _with_cluster(settings, _with_metrics(settings, runtime))
         except StartupError:
             runtime.history.close()
             hardware.close()
@@ -102,8 +110,8 @@ def start_runtime(settings: Settings) -> tuple[Hardware | None, Runtime]:
         store, history = open_replay(settings.replay, settings.live_samples)
     except HistoryError as error:
         raise StartupError(str(error)) from None
-    return None, _with_metrics(settings, Runtime(store=store, sampler=None, history=history,
-                                                 xid_status="replay: no live events"))
+    runtime = Runtime(store=store, sampler=None, history=history, xid_status="replay: no live events")
+    return None, _with_cluster(settings, _with_metrics(settings, runtime))
 
 
 def _describe(runtime: Runtime) -> str:
@@ -135,6 +143,8 @@ def serve(settings: Settings) -> int:
         gc_policy.freeze_startup_objects()
         if runtime.sampler is not None:
             runtime.sampler.start()
+        if runtime.cluster is not None:
+            runtime.cluster.start()
         if hardware is not None and hardware.gpus is not None:
             store = runtime.store
 
@@ -161,6 +171,8 @@ def serve(settings: Settings) -> int:
     finally:
         if runtime.sampler is not None:
             runtime.sampler.stop()
+        if runtime.cluster is not None:
+            runtime.cluster.close()
         runtime.history.close()
         if hardware is not None:
             hardware.close()

@@ -1,0 +1,362 @@
+"""Cluster Nodes: every node's GPUs at a glance (utilization, memory, health) from Prometheus, and for the node
+chosen its GPUs' timelines over a past range (30 min to 7 days, or custom).
+
+The overview comes from the cluster poller's newest state (one set of queries per refresh, whatever the number of
+pages); the timelines are range queries run off the event loop by the time range control.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from bokeh.document import Document
+from bokeh.layouts import column, gridplot, row
+from bokeh.models import ColumnDataSource, CustomJS, FactorRange, HoverTool, Line, Range1d
+from bokeh.models.annotations import LegendItem
+from bokeh.models.renderers import GlyphRenderer
+from bokeh.models.widgets import Div, Select, TableColumn
+from bokeh.plotting import figure
+
+from nvdash.apps.cluster_view import follow_cluster, status_div, status_html
+from nvdash.apps.context import AppContext
+from nvdash.apps.figures import (
+    LEVEL_PALETTE,
+    LOST_COLOR,
+    STATUS_COLORS,
+    Unit,
+    add_legend_above,
+    add_page,
+    add_timeline_hover,
+    data_table,
+    format_bytes_of,
+    format_pct,
+    gpu_color,
+    legend_item,
+    text_color,
+    timeline_figure,
+    timeline_range,
+)
+from nvdash.apps.theme import apply_theme, request_arguments
+from nvdash.apps.time_range import CUSTOM, TimeRangeControl, query_values
+from nvdash.apps.timelines import HistoryLayers, Series, align, history_data, show_dates_on_long_ranges
+from nvdash.cluster import ClusterRuntime
+from nvdash.cluster.history import PrometheusHistory
+from nvdash.cluster.model import ClusterGpu, ClusterState
+from nvdash.health.status import Status, worst
+from nvdash.history.query import HistoryResult
+
+if TYPE_CHECKING:
+    from bokeh.models.sources import DataDict
+
+TITLE = "Cluster Nodes"
+ROW_PX = 34
+REFRESH_RANGE_MS = 30_000
+"""A relative range (last 6 h) is asked again this often, so its end stays "now"."""
+NO_NODE = "(no node yet)"
+STALE_ALPHA = 0.3
+"""The overview's cells fade while Prometheus does not answer: they show its last answer."""
+NODE_URL_JS = """
+const url = new URL(window.location.href);
+url.searchParams.set("node", cb_obj.value);
+window.history.replaceState(window.history.state, "", url.toString());
+"""
+"""Keeps the page's URL on the chosen node, so a bookmark reopens it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NodePanel:
+    """One timeline of a node: what it shows and from which history metric."""
+
+    title: str
+    label: str
+    unit: Unit
+    metric: str
+    y_max: float | None = None
+
+
+def node_panels(gpus: Sequence[ClusterGpu]) -> list[NodePanel]:
+    """Utilization, memory, power and temperature, each with a line per GPU of the node."""
+    totals = [gpu.memory_total_bytes for gpu in gpus if gpu.memory_total_bytes is not None]
+    return [
+        NodePanel("Utilization", "utilization", Unit.PCT, "utilization_pct", 100.0),
+        NodePanel("Memory used", "memory used", Unit.BYTES, "memory_used_bytes", max(totals) if totals else None),
+        NodePanel("Power", "power", Unit.WATTS, "power_w"),
+        NodePanel("Temperature", "temperature", Unit.CELSIUS, "temperature_c"),
+    ]
+
+
+def util_color(util: float | None, reporting: bool) -> str:
+    """The cell colour of a GPU: its utilization on the level palette, grey when unknown."""
+    if not reporting or util is None or math.isnan(util):
+        return LOST_COLOR
+    return LEVEL_PALETTE[min(len(LEVEL_PALETTE) - 1, max(0, int(util / 100.0 * (len(LEVEL_PALETTE) - 1))))]
+
+
+def overview_data(state: ClusterState) -> DataDict:
+    """One cell per GPU: node (y), GPU index (x), colour by utilization, outline by health, and tooltip texts."""
+    gpus = state.gpus
+    return {
+        "node": [gpu.hostname for gpu in gpus],
+        "x": [float(gpu.index) for gpu in gpus],
+        "gpu": [f"GPU {gpu.index}" for gpu in gpus],
+        "model": [gpu.model for gpu in gpus],
+        "fill": [util_color(gpu.utilization_pct, gpu.reporting) for gpu in gpus],
+        "outline": [STATUS_COLORS[gpu.health.status.value] for gpu in gpus],
+        "label": [_cell_label(gpu) for gpu in gpus],
+        "label_color": ["#ffffff" if (gpu.utilization_pct or 0) < 60 and gpu.reporting else "#000000"
+                        for gpu in gpus],
+        "util": [format_pct(gpu.utilization_pct, 0) for gpu in gpus],
+        "memory": [format_bytes_of(gpu.memory_used_bytes, gpu.memory_total_bytes) for gpu in gpus],
+        "health": [_health_text(gpu) for gpu in gpus],
+    }
+
+
+def _cell_label(gpu: ClusterGpu) -> str:
+    if not gpu.reporting:
+        return "no data"
+    if gpu.value("nvdash_gpu_lost") == 1.0:
+        return "lost"
+    used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
+    memory = "" if used is None or not total else f"\nmem {100.0 * used / total:.0f} %"
+    return f"{format_pct(gpu.utilization_pct, 0)}{memory}"
+
+
+def _health_text(gpu: ClusterGpu) -> str:
+    findings = "; ".join(finding.text for finding in gpu.health.findings)
+    return gpu.health.status.label + (f": {findings}" if findings else "")
+
+
+def node_rows(state: ClusterState) -> dict[str, list[Any]]:
+    """One row per node: GPUs, models, mean utilization, memory, the worst health and its reasons."""
+    columns: dict[str, list[Any]] = {name: [] for name in (
+        "node", "gpus", "models", "util", "memory", "health", "color", "problems")}
+    for host in state.hostnames:
+        gpus = state.node(host)
+        utils = [gpu.utilization_pct for gpu in gpus if gpu.utilization_pct is not None]
+        used = sum(gpu.memory_used_bytes or 0.0 for gpu in gpus)
+        total = sum(gpu.memory_total_bytes or 0.0 for gpu in gpus)
+        status = worst(gpu.health.status for gpu in gpus)
+        problems = [f"GPU {gpu.index}: {gpu.health.findings[0].text}" for gpu in gpus
+                    if gpu.health.status is not Status.OK and gpu.health.findings]
+        columns["node"].append(host)
+        columns["gpus"].append(len(gpus))
+        columns["models"].append(", ".join(sorted({gpu.model for gpu in gpus if gpu.model})))
+        columns["util"].append(format_pct(sum(utils) / len(utils), 0) if utils else "n/a")
+        columns["memory"].append(format_bytes_of(used, total) if total else "n/a")
+        columns["health"].append(status.label)
+        columns["color"].append(STATUS_COLORS[status.value])
+        columns["problems"].append("; ".join(problems))
+    return columns
+
+
+class NodeTimelines:
+    """The chosen node's timelines, rebuilt when the node (or its GPUs) change; the range control's view."""
+
+    def __init__(self, history: PrometheusHistory, holder: Any, x_range: Range1d | Any) -> None:
+        self.history = history
+        self.holder = holder
+        self.x_range = x_range
+        self.gpus: tuple[tuple[int, str], ...] = ()
+        self.series: list[Series] = []
+        self.source = ColumnDataSource(data={"time": np.zeros(0)})
+        self.layers = HistoryLayers([])
+
+    def set_node(self, hostname: str, gpus: Sequence[ClusterGpu]) -> bool:
+        """Show ``hostname``'s GPUs; returns whether anything changed (the caller then queries again)."""
+        shape = tuple((gpu.index, gpu.model) for gpu in gpus)
+        if hostname == self.history.hostname and shape == self.gpus:
+            return False
+        self.history.hostname = hostname
+        self.gpus = shape
+        self.holder.children = [self._build(gpus)]
+        return True
+
+    def _build(self, gpus: Sequence[ClusterGpu]) -> Any:
+        panels = node_panels(gpus)
+        self.series = []
+        self.source = ColumnDataSource(data={"time": np.zeros(0)})
+        plots = []
+        figures: list[figure] = []
+        for panel in panels:
+            fig = timeline_figure(panel.title, panel.label, panel.unit, self.x_range, panel.y_max)
+            show_dates_on_long_ranges(fig)
+            series = [Series(f"{panel.metric}/{gpu.index}", f"GPU {gpu.index}", f"{gpu.index}: {gpu.model}",
+                             gpu_color(gpu.index), lambda _snapshot: None, gpu.index, metric=panel.metric)
+                      for gpu in gpus]
+            self.series += series
+            lines: list[GlyphRenderer[Any]] = []
+            for item in series:
+                self.source.data[item.key] = np.zeros(0)
+                lines.append(fig.add_glyph(self.source, Line(x="time", y=item.key, line_color=item.color,
+                                                             line_width=2), name=item.key, nonselection_glyph=None,
+                                           muted_glyph=None))
+            if not figures:
+                items: list[LegendItem] = [legend_item(item.legend, line) for item, line in zip(series, lines,
+                                                                                                  strict=True)]
+                add_legend_above(fig, items)
+            add_timeline_hover(fig, lines, {item.key: item.description for item in series}, what="GPU",
+                               value=panel.label, unit=panel.unit)
+            plots.append((fig, series, lines))
+            figures.append(fig)
+        self.layers = HistoryLayers(plots)
+        self.layers.prepare()
+        if not figures:
+            return Div(text="")
+        return gridplot([[fig] for fig in figures], sizing_mode="stretch_both", merge_tools=True,
+                        toolbar_location="right")
+
+    def history_request(self) -> tuple[list[str], list[int] | None]:
+        return list(dict.fromkeys(item.metric for item in self.series if item.metric)), None
+
+    def show_live(self) -> None:
+        """Never: the cluster's readings are all past ones."""
+
+    def prepare_history(self) -> None:
+        self.layers.prepare()
+
+    def show_history(self, result: HistoryResult) -> None:
+        times, aligned = align(result, self.series, edges=True)
+        panels_data = history_data(times, aligned, [])
+        for item in self.series:
+            held = aligned.get(item.key)
+            panels_data[item.key] = held.mean if held is not None else np.full(len(times), math.nan)
+        self.source.data = panels_data
+        self.layers.show(times, aligned, result)
+
+
+@dataclasses.dataclass
+class _Overview:
+    fig: figure
+    source: ColumnDataSource
+    nodes: FactorRange
+    gpus: Range1d
+    cells: GlyphRenderer[Any]
+
+
+def _overview_figure(dark: bool) -> _Overview:
+    source = ColumnDataSource(data=overview_data(ClusterState()))
+    nodes = FactorRange()
+    gpus = Range1d(start=-0.5, end=7.5)
+    fig = figure(title="GPUs by node: fill = utilization, outline = health", y_range=nodes, x_range=gpus,
+                 height=ROW_PX * 2 + 60, sizing_mode="stretch_width", tools="save", toolbar_location=None,
+                 min_border_left=120)
+    cells = fig.rect(x="x", y="node", width=0.92, height=0.84, source=source, fill_color="fill",
+                     line_color="outline", line_width=3)
+    fig.text(x="x", y="node", text="label", source=source, text_align="center", text_baseline="middle",
+             text_font_size="0.8em", text_color="label_color", text_line_height=1.1)
+    fig.xaxis.axis_label = "GPU"
+    fig.xgrid.visible = False
+    fig.ygrid.visible = False
+    fig.yaxis.major_label_text_color = text_color(dark)
+    fig.add_tools(HoverTool(renderers=[cells], tooltips=[
+        ("node", "@node"), ("GPU", "@gpu · @model"), ("utilization", "@util"), ("memory", "@memory"),
+        ("health", "@health")]))
+    return _Overview(fig, source, nodes, gpus, cells)
+
+
+def _node_table(dark: bool) -> tuple[Any, ColumnDataSource]:
+    source = ColumnDataSource(data=node_rows(ClusterState()))
+    health = TableColumn(field="health", title="health", width=80)
+    columns = [
+        TableColumn(field="node", title="node", width=160),
+        TableColumn(field="gpus", title="GPUs", width=50),
+        TableColumn(field="models", title="model", width=200),
+        TableColumn(field="util", title="mean util", width=80),
+        TableColumn(field="memory", title="memory used", width=150),
+        health,
+        TableColumn(field="problems", title="why", width=500),
+    ]
+    table = data_table(source, columns, dark, height=160, sizing_mode="stretch_width")
+    return table, source
+
+
+def build(doc: Document, ctx: AppContext) -> None:
+    """The overview, the node table, and the chosen node's timelines with a time range control."""
+    cluster = ctx.cluster
+    if cluster is None:
+        raise RuntimeError("the cluster pages need --prometheus")
+    _NodesPage(doc, ctx, cluster).open()
+
+
+class _NodesPage:
+    def __init__(self, doc: Document, ctx: AppContext, cluster: ClusterRuntime) -> None:
+        self.doc = doc
+        self.cluster = cluster
+        self.dark = apply_theme(doc)
+        self.wanted_node = query_values(request_arguments(doc)).get("node", "")
+        self.status = status_div(self.dark)
+        self.overview = _overview_figure(self.dark)
+        self.table, self.rows = _node_table(self.dark)
+        self.select = Select(title="", value=NO_NODE, options=list[str | None]([NO_NODE]), width=220, height=30,
+                             sizing_mode="fixed")
+        self.select.on_change("value", self._picked)
+        self.select.js_on_change("value", CustomJS(code=NODE_URL_JS))
+        self.rows.selected.on_change("indices", self._row_picked)
+        self.holder = column(Div(text=""), sizing_mode="stretch_both", min_height=400)
+        x_range = timeline_range()
+        history = cluster.history()
+        self.timelines = NodeTimelines(history, self.holder, x_range)
+        page_ctx = dataclasses.replace(ctx, history=history, history_executor=cluster.executor, past_only=True,
+                                       clock=time.time)
+        self.control = TimeRangeControl(doc, page_ctx, self.timelines, x_range, dark=self.dark)
+        self.state = ClusterState()
+        add_page(doc, TITLE, self.status, self.overview.fig, self.table,
+                 row(self.select, *self.control.widgets(), sizing_mode="stretch_width"), self.holder, dark=self.dark)
+
+    def open(self) -> None:
+        follow_cluster(self.doc, self.cluster, self._on_state)
+        self.doc.add_periodic_callback(self._refresh_range, REFRESH_RANGE_MS)
+
+    def _on_state(self, state: ClusterState) -> None:
+        self.state = state
+        hosts = state.hostnames
+        self.status.text = status_html(self.cluster, state, f"{len(hosts)} nodes, {len(state.gpus)} GPUs")
+        self.overview.cells.glyph.fill_alpha = STALE_ALPHA if state.error is not None else 1.0
+        if state.ok_time_s is None:
+            return
+        self.overview.source.data = overview_data(state)
+        factors = list(reversed(hosts))
+        if list(self.overview.nodes.factors) != factors:
+            self.overview.nodes.factors = factors
+            self.overview.fig.height = ROW_PX * max(2, len(hosts)) + 60
+        widest = max((gpu.index for gpu in state.gpus), default=7)
+        self.overview.gpus.end = max(7, widest) + 0.5
+        self.rows.data = node_rows(state)
+        options = list[str | None](hosts or [NO_NODE])
+        if list(self.select.options) != options:
+            self.select.options = options
+        chosen = self.select.value
+        if chosen not in hosts:
+            chosen = self.wanted_node if self.wanted_node in hosts else (hosts[0] if hosts else NO_NODE)
+        if chosen != self.select.value:
+            self.select.value = chosen  # _picked shows it
+        else:
+            self._show_node(chosen)
+
+    def _picked(self, _attr: str, _old: Any, new: Any) -> None:
+        self._show_node(str(new))
+
+    def _row_picked(self, _attr: str, _old: Any, new: Any) -> None:
+        nodes = self.rows.data["node"]
+        if new and 0 <= new[0] < len(nodes):
+            self.select.value = nodes[new[0]]
+
+    def _show_node(self, hostname: str) -> None:
+        gpus = self.state.node(hostname)
+        if hostname == NO_NODE or not gpus:
+            return
+        if self.timelines.set_node(hostname, gpus):
+            if self.control.time_range is None:
+                self.control.open()
+            else:
+                self.control.reload()
+
+    def _refresh_range(self) -> None:
+        shown = self.control.time_range
+        if shown is not None and shown.label != CUSTOM and self.timelines.gpus:
+            self.control.choose(shown.label)

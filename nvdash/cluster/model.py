@@ -1,0 +1,306 @@
+"""The cluster as Prometheus knows it: every node's GPUs with their newest readings and health, and the pods
+that hold them, rebuilt from the dcgm-exporter families every nvdash node exports.
+
+Health is nvdash's own rules (:mod:`nvdash.health.status`) applied to readings turned back from dcgm-exporter's
+units into nvdash's records, so a GPU is judged the same on its node's pages and on the cluster's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from nvdash.health.status import Finding, GpuHealth, Status, evaluate_gpu, worst
+from nvdash.health.xid import xid_info
+from nvdash.sampling.records import GpuInfo, GpuSample
+
+MIB = 1024 * 1024
+HOST_LABEL = "Hostname"
+SEEN_WINDOW = "1h"
+"""A GPU seen within this window but silent now is listed as not reporting."""
+
+GAUGES = (
+    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_SLOWDOWN_TEMP", "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_PCIE_LINK_GEN", "DCGM_FI_DEV_PCIE_LINK_WIDTH", "DCGM_FI_DEV_PCIE_MAX_LINK_GEN",
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "nvdash_gpu_lost",
+)
+"""The per-GPU families the overview reads (one instant query for all of them)."""
+
+GPU_QUERY = '{__name__=~"' + "|".join(GAUGES) + '", GPU_I_ID=""}'
+SEEN_QUERY = (f"group by ({HOST_LABEL}, gpu, UUID, modelName) (last_over_time(DCGM_FI_DEV_GPU_TEMP[{SEEN_WINDOW}]) "
+              f"or last_over_time(nvdash_gpu_lost[{SEEN_WINDOW}]))")
+ALLOCATED_QUERY = "nvdash_pod_gpu_allocated"
+POD_VALUES_QUERY = ('{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_PROF_GR_ENGINE_ACTIVE", '
+                    'pod!=""}')
+IDLE_WINDOW = "30m"
+IDLE_QUERY = (f"min_over_time(nvdash_pod_gpu_idle[{IDLE_WINDOW}]) == 1 "
+              f'or max_over_time(DCGM_FI_DEV_GPU_UTIL{{pod!=""}}[{IDLE_WINDOW}]) == 0')
+"""The allocations idle at every scrape of the last 30 minutes (or since first scraped): no process of the pod
+on the device, or the device at 0 % utilization."""
+MIG_SLICES = 7
+"""Compute slices of a whole MIG-capable GPU (the ``7g`` profile)."""
+
+
+@dataclass(frozen=True)
+class ClusterGpu:
+    """One GPU of one node: identity, newest readings (dcgm-exporter's names and units) and health."""
+
+    hostname: str
+    index: int
+    uuid: str
+    model: str
+    values: Mapping[str, float]
+    health: GpuHealth
+    reporting: bool = True
+    """False when the GPU was seen within the last hour but Prometheus has no current reading of it."""
+
+    def value(self, name: str) -> float | None:
+        """A family's value, ``None`` where unknown."""
+        number = self.values.get(name)
+        return None if number is None or math.isnan(number) else number
+
+    @property
+    def utilization_pct(self) -> float | None:
+        """GPU utilization, 0-100."""
+        return self.value("DCGM_FI_DEV_GPU_UTIL")
+
+    @property
+    def memory_used_bytes(self) -> float | None:
+        """Framebuffer memory in use."""
+        used = self.value("DCGM_FI_DEV_FB_USED")
+        return None if used is None else used * MIB
+
+    @property
+    def memory_total_bytes(self) -> float | None:
+        """Used + free + reserved framebuffer memory."""
+        parts = [self.value(name) for name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE")]
+        if any(part is None for part in parts):
+            return None
+        return (sum(part for part in parts if part is not None) + (self.value("DCGM_FI_DEV_FB_RESERVED") or 0)) * MIB
+
+
+@dataclass(frozen=True)
+class ClusterPod:
+    """One device a pod holds: where, what kind, and how busy it is."""
+
+    hostname: str
+    namespace: str
+    pod: str
+    container: str
+    gpu: int
+    uuid: str
+    resource: str
+    sharing: str
+    """``whole``, ``mig``, ``shared`` (time-slicing or MPS) or ``vgpu``."""
+    mig_profile: str = ""
+    mig_instance: str = ""
+    utilization_pct: float | None = None
+    """The device's utilization (for a MIG instance its graphics-engine activity), 0-100."""
+    memory_used_bytes: float | None = None
+    idle: bool = False
+    """Idle at every scrape of the last 30 minutes: no process of the pod on the device, or 0 % utilization."""
+
+    @property
+    def device(self) -> str:
+        """``GPU 3`` or ``GPU 0 · 3g.20gb #1``."""
+        if self.mig_profile:
+            return f"GPU {self.gpu} · {self.mig_profile} #{self.mig_instance}"
+        return f"GPU {self.gpu}"
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What the cluster pages show: the GPUs and pods as of ``time_s``, or why Prometheus could not say."""
+
+    time_s: float = 0.0
+    gpus: tuple[ClusterGpu, ...] = ()
+    pods: tuple[ClusterPod, ...] = ()
+    error: str | None = None
+    """The newest failure (Prometheus down, slow, or refusing); the rest is the last good answer."""
+    ok_time_s: float | None = None
+    """When Prometheus last answered; ``None`` before its first answer."""
+    truncated: bool = False
+    """Some series were cut off by the series bound."""
+    generation: int = 0
+    """Rises with every refresh, good or failed, so pages redraw only on change."""
+    queries_ms: float = 0.0
+    """How long the last refresh's queries took together."""
+
+    @property
+    def hostnames(self) -> list[str]:
+        """The nodes, sorted."""
+        return sorted({gpu.hostname for gpu in self.gpus})
+
+    def node(self, hostname: str) -> list[ClusterGpu]:
+        """One node's GPUs, by index."""
+        return sorted((gpu for gpu in self.gpus if gpu.hostname == hostname), key=lambda gpu: gpu.index)
+
+
+@dataclass
+class _Gpu:
+    labels: dict[str, str]
+    values: dict[str, float] = field(default_factory=dict)
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None or math.isnan(value) else int(value)
+
+
+def _float(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else value
+
+
+def _bytes(mib: float | None) -> int | None:
+    return None if mib is None or math.isnan(mib) else int(mib * MIB)
+
+
+def gpu_records(index: int, model: str, uuid: str, values: Mapping[str, float]) -> tuple[GpuInfo, GpuSample]:
+    """dcgm-exporter's readings of one GPU as nvdash's records (the fields the health rules read)."""
+    def get(name: str) -> float | None:
+        return _float(values.get(name))
+
+    used, free, reserved = get("DCGM_FI_DEV_FB_USED"), get("DCGM_FI_DEV_FB_FREE"), get("DCGM_FI_DEV_FB_RESERVED")
+    total = None if used is None or free is None else used + free + (reserved or 0.0)
+    info = GpuInfo(index=index, name=model, uuid=uuid, memory_total_bytes=_bytes(total),
+                   pcie_generation=_int(get("DCGM_FI_DEV_PCIE_MAX_LINK_GEN")),
+                   pcie_width=_int(get("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH")), pcie_max_bytes_per_s=None,
+                   nvlink_links=0, nvlink_max_bytes_per_s=None, temperature_slowdown_c=get("DCGM_FI_DEV_SLOWDOWN_TEMP"))
+    if get("nvdash_gpu_lost") == 1.0:
+        return info, GpuSample(index=index, lost=True)
+    pending, failure = get("DCGM_FI_DEV_ROW_REMAP_PENDING"), get("DCGM_FI_DEV_ROW_REMAP_FAILURE")
+    sample = GpuSample(
+        index=index,
+        utilization_pct=get("DCGM_FI_DEV_GPU_UTIL"),
+        memory_used_bytes=_bytes(used),
+        memory_total_bytes=_bytes(total),
+        memory_reserved_bytes=_bytes(reserved),
+        temperature_c=get("DCGM_FI_DEV_GPU_TEMP"),
+        memory_temperature_c=get("DCGM_FI_DEV_MEMORY_TEMP"),
+        power_w=get("DCGM_FI_DEV_POWER_USAGE"),
+        power_limit_w=get("DCGM_FI_DEV_POWER_MGMT_LIMIT"),
+        clock_event_reasons=_int(get("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")),
+        ecc_uncorrected_volatile=_int(get("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")),
+        remap_pending=None if pending is None else pending > 0,
+        remap_failure=None if failure is None else failure > 0,
+        pcie_generation_current=_int(get("DCGM_FI_DEV_PCIE_LINK_GEN")),
+        pcie_width_current=_int(get("DCGM_FI_DEV_PCIE_LINK_WIDTH")),
+    )
+    return info, sample
+
+
+def gpu_health(index: int, model: str, uuid: str, values: Mapping[str, float], now_s: float, *,
+               reporting: bool = True) -> GpuHealth:
+    """nvdash's health rules over one GPU's readings from Prometheus, plus its last XID (the XID alert's rule:
+    a non-zero ``DCGM_FI_DEV_XID_ERRORS`` stands until another XID replaces it)."""
+    if not reporting:
+        return GpuHealth(index, Status.WARNING, (Finding(Status.WARNING, "not reporting: no reading in Prometheus "
+                                                         "now (nvdash down or the node unreachable?)", "lost"),))
+    info, sample = gpu_records(index, model, uuid, values)
+    health = evaluate_gpu(info, sample, (), now_s)
+    code = _int(values.get("DCGM_FI_DEV_XID_ERRORS"))
+    if not sample.lost and code:
+        xid = xid_info(code)
+        findings = (*health.findings, Finding(Status(xid.severity), f"last XID {code}: {xid.meaning}", "xid",
+                                              xid.action))
+        ordered = tuple(sorted(findings, key=lambda finding: -finding.status.rank))
+        health = GpuHealth(index, worst(finding.status for finding in ordered), ordered)
+    return health
+
+
+def _gpu_key(labels: Mapping[str, str]) -> tuple[str, str] | None:
+    host, gpu = labels.get(HOST_LABEL), labels.get("gpu")
+    if host is None or gpu is None or not gpu.isdigit():
+        return None
+    return host, gpu
+
+
+def build_gpus(current: Iterable[tuple[Mapping[str, str], float]], seen: Iterable[Mapping[str, str]],
+               now_s: float) -> tuple[ClusterGpu, ...]:
+    """The GPUs from the overview's instant query (``__name__`` on each sample) and the last hour's GPU list."""
+    gpus: dict[tuple[str, str], _Gpu] = {}
+    for labels, number in current:
+        key = _gpu_key(labels)
+        name = labels.get("__name__")
+        if key is None or name is None:
+            continue
+        gpu = gpus.setdefault(key, _Gpu(dict(labels)))
+        gpu.values[name] = number
+    for labels in seen:
+        key = _gpu_key(labels)
+        if key is not None and key not in gpus:
+            gpus[key] = _Gpu(dict(labels))
+    result = []
+    for (host, index), gpu in gpus.items():
+        reporting = bool(gpu.values)
+        model, uuid = gpu.labels.get("modelName", ""), gpu.labels.get("UUID", "")
+        health = gpu_health(int(index), model, uuid, gpu.values, now_s, reporting=reporting)
+        result.append(ClusterGpu(host, int(index), uuid, model, dict(gpu.values), health, reporting))
+    return tuple(sorted(result, key=lambda gpu: (gpu.hostname, gpu.index)))
+
+
+PodKey = tuple[str, str, str, str, str, str]
+
+
+def _pod_key(labels: Mapping[str, str]) -> PodKey:
+    return (labels.get(HOST_LABEL, ""), labels.get("namespace", ""), labels.get("pod", ""),
+            labels.get("container", ""), labels.get("gpu", ""), labels.get("GPU_I_ID", ""))
+
+
+def build_pods(allocated: Iterable[Mapping[str, str]], values: Iterable[tuple[Mapping[str, str], float]],
+               idle: Iterable[tuple[Mapping[str, str], float]]) -> tuple[ClusterPod, ...]:
+    """One row per pod allocation, with its device's utilization and memory and whether it sat idle."""
+    readings: dict[PodKey, dict[str, float]] = {}
+    for labels, number in values:
+        readings.setdefault(_pod_key(labels), {})[labels.get("__name__", "")] = number
+    idle_keys = {_pod_key(labels) for labels, _number in idle}
+    rows = []
+    for labels in allocated:
+        key = _pod_key(labels)
+        gpu = labels.get("gpu", "")
+        if not gpu.isdigit() or not key[2]:
+            continue
+        found = readings.get(key, {})
+        util = found.get("DCGM_FI_DEV_GPU_UTIL")
+        if util is None and "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in found:
+            util = found["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] * 100.0
+        used = found.get("DCGM_FI_DEV_FB_USED")
+        rows.append(ClusterPod(
+            hostname=key[0], namespace=key[1], pod=key[2], container=key[3], gpu=int(gpu),
+            uuid=labels.get("UUID", ""), resource=labels.get("resource", ""), sharing=labels.get("sharing", ""),
+            mig_profile=labels.get("GPU_I_PROFILE", ""), mig_instance=labels.get("GPU_I_ID", ""),
+            utilization_pct=_float(util), memory_used_bytes=None if used is None else used * MIB,
+            idle=key in idle_keys,
+        ))
+    return tuple(sorted(rows, key=lambda row: (row.namespace, row.pod, row.container, row.hostname, row.gpu,
+                                               row.mig_instance)))
+
+
+def mig_slices(profile: str) -> int | None:
+    """The compute slices of a MIG profile: 3 for ``3g.20gb`` (and for ``1c.3g.20gb``'s GPU instance)."""
+    for part in profile.split("."):
+        if part.endswith("g") and part[:-1].isdigit():
+            return int(part[:-1])
+    return None
+
+
+def gpu_shares(pods: Sequence[ClusterPod]) -> list[float]:
+    """Each allocation's share of a whole GPU: 1 for a whole GPU, slices / 7 for a MIG instance, and 1 / N for
+    each of the N pods sharing a GPU (time-slicing, MPS, vGPU)."""
+    sharing: dict[tuple[str, int], int] = {}
+    for pod in pods:
+        if pod.sharing in ("shared", "vgpu"):
+            sharing[(pod.hostname, pod.gpu)] = sharing.get((pod.hostname, pod.gpu), 0) + 1
+    shares = []
+    for pod in pods:
+        if pod.sharing == "mig":
+            slices = mig_slices(pod.mig_profile)
+            shares.append(slices / MIG_SLICES if slices else 0.0)
+        elif pod.sharing in ("shared", "vgpu"):
+            shares.append(1.0 / sharing[(pod.hostname, pod.gpu)])
+        else:
+            shares.append(1.0)
+    return shares

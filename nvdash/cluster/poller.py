@@ -1,0 +1,120 @@
+"""One thread that asks Prometheus for the cluster's state, however many pages show it.
+
+Like the sampler for the local GPUs: the pages only read the newest :class:`ClusterState`. The thread refreshes
+every few seconds while a cluster page is open and sleeps when none has been for a minute. A failure keeps the last
+good answer, says why, and is retried at the next refresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from nvdash.cluster.model import (
+    ALLOCATED_QUERY,
+    GPU_QUERY,
+    IDLE_QUERY,
+    POD_VALUES_QUERY,
+    SEEN_QUERY,
+    ClusterState,
+    build_gpus,
+    build_pods,
+)
+from nvdash.cluster.promapi import PrometheusClient, PrometheusError
+
+log = logging.getLogger(__name__)
+DEFAULT_REFRESH_S = 5.0
+IDLE_AFTER_S = 60.0
+"""Stop asking Prometheus when no cluster page has been open for this long."""
+
+
+class ClusterPoller:
+    """Refreshes the cluster state from Prometheus on its own thread while pages want it."""
+
+    def __init__(self, client: PrometheusClient, refresh_s: float = DEFAULT_REFRESH_S,
+                 clock: Callable[[], float] = time.time, idle_after_s: float = IDLE_AFTER_S) -> None:
+        self.client = client
+        self.refresh_s = refresh_s
+        self.clock = clock
+        self.idle_after_s = idle_after_s
+        self._state = ClusterState()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._wanted_at = -float("inf")
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The Prometheus endpoint asked."""
+        return self.client.url
+
+    def state(self) -> ClusterState:
+        """The newest state (empty before the first refresh)."""
+        with self._lock:
+            return self._state
+
+    def want(self) -> None:
+        """A page shows the cluster: keep refreshing (and start now if the thread was sleeping)."""
+        sleeping = time.monotonic() - self._wanted_at > self.idle_after_s
+        self._wanted_at = time.monotonic()
+        if sleeping:
+            self._wake.set()
+
+    def start(self) -> None:
+        """Start the thread (it sleeps until a page wants the state)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="nvdash-cluster", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (a query in flight ends within the client's timeout)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.client.timeout_s + 1.0)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if time.monotonic() - self._wanted_at > self.idle_after_s:
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            self.refresh()
+            self._stop.wait(self.refresh_s)
+
+    def refresh(self) -> ClusterState:
+        """Ask Prometheus once and keep the answer (or, on failure, the last one with the reason)."""
+        began = time.perf_counter()
+        now = self.clock()
+        previous = self.state()
+        try:
+            current = self.client.instant(GPU_QUERY)
+            seen = self.client.instant(SEEN_QUERY)
+            allocated = self.client.instant(ALLOCATED_QUERY)
+            values = self.client.instant(POD_VALUES_QUERY)
+            idle = self.client.instant(IDLE_QUERY)
+        except PrometheusError as error:
+            if previous.error != str(error):
+                log.warning("cluster view: %s", error)
+            state = dataclasses.replace(previous, error=str(error), generation=previous.generation + 1,
+                                        queries_ms=(time.perf_counter() - began) * 1000.0)
+        else:
+            state = ClusterState(
+                time_s=now,
+                gpus=build_gpus(((s.labels, s.value) for s in current.samples), (s.labels for s in seen.samples),
+                                now),
+                pods=build_pods((s.labels for s in allocated.samples), ((s.labels, s.value) for s in values.samples),
+                                ((s.labels, s.value) for s in idle.samples)),
+                ok_time_s=now,
+                truncated=any(answer.truncated for answer in (current, seen, allocated, values, idle)),
+                generation=previous.generation + 1,
+                queries_ms=(time.perf_counter() - began) * 1000.0,
+            )
+        with self._lock:
+            self._state = state
+        return state
