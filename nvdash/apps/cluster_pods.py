@@ -173,8 +173,9 @@ class _PodsPage:
     def _on_state(self, state: ClusterState) -> None:
         self.state = state
         nodes = len({pod.hostname for pod in state.pods})
-        self.status.text = status_html(self.cluster, state, f"{len(state.pods)} pod GPU allocations on {nodes} "
-                                                            "nodes")
+        pods = len({(pod.namespace, pod.pod) for pod in state.pods})
+        self.status.text = status_html(self.cluster, state, f"{pods} pods hold {len(state.pods)} GPU devices on "
+                                                            f"{nodes} nodes")
         namespaces = sorted({pod.namespace for pod in state.pods})
         options = list[str | tuple[Any, str]]([(ALL, "every namespace"), *((name, name) for name in namespaces)])
         if [tuple(option) if isinstance(option, (list, tuple)) else option

@@ -2,82 +2,32 @@
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import urllib.parse
+import time
 from collections.abc import Iterator
-from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from tests.conftest import NvdashServer, free_port, get_json, http_get, nvdash_server, wait_for
-
-RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "nvdash-alerts.yml"
-NODES = {
-    "node-a": (["--simulate", "dgx-h100"], {}, 8),
-    "node-b": (["--simulate", "a100-pcie-2"], {"NVDASH_FAKE_FAULTS": "xid:48:0@3"}, 2),
-    "node-c": (["--simulate", "t4"], {}, 1),
-}
-
-
-def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        pytest.fail("prometheus is not installed: run the tests with `bash scripts/test.sh`, which installs it")
-    return path
+from nvdash.cluster.history import PrometheusHistory
+from nvdash.cluster.poller import ClusterPoller
+from nvdash.cluster.promapi import PrometheusClient, PrometheusError
+from nvdash.health.status import Status
+from tests.conftest import NvdashServer, get_json, http_get, wait_for
+from tests.prometheus_cluster import IDLE_PODS, NODES, prometheus_cluster, query
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, NvdashServer]]]:
-    root = tmp_path_factory.mktemp("prometheus")
-    with ExitStack() as stack:
-        servers = {
-            name: stack.enter_context(nvdash_server([*args, "--interval", "0.5", "--no-history", "--hostname", name],
-                                                    env=env))
-            for name, (args, env, _count) in NODES.items()
-        }
-        targets = [f"127.0.0.1:{server.port}" for server in servers.values()]
-        config = root / "prometheus.yml"
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-            f"rule_files:\n  - {RULES}\n"
-            f"scrape_configs:\n  - job_name: nvdash\n    static_configs:\n      - targets: {json.dumps(targets)}\n"
-        )
-        port = free_port()
-        log = (root / "prometheus.log").open("w")
-        process = subprocess.Popen(
-            [prometheus_binary(), f"--config.file={config}", f"--storage.tsdb.path={root / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_for(lambda: _status(url + "/-/ready"), lambda status: status == 200, timeout_s=60.0)
-            yield url, servers
-        finally:
-            process.terminate()
-            process.wait(20)
-            log.close()
-
-
-def _status(url: str) -> int:
-    try:
-        return http_get(url)[0]
-    except OSError:
-        return 0
-
-
-def query(url: str, promql: str) -> list[dict[str, Any]]:
-    answer = get_json(f"{url}/api/v1/query?query={urllib.parse.quote(promql)}")
-    assert answer["status"] == "success", answer
-    return list(answer["data"]["result"])
+    with prometheus_cluster(tmp_path_factory.mktemp("prometheus")) as running:
+        yield running.url, running.nodes
 
 
 def test_every_node_and_gpu_is_scraped(cluster: tuple[str, dict[str, NvdashServer]]) -> None:
     url, _servers = cluster
-    result = wait_for(lambda: query(url, "count by (Hostname) (DCGM_FI_DEV_GPU_UTIL)"),
+    # Every GPU reads its temperature (a GPU in MIG mode has no utilization of its own).
+    result = wait_for(lambda: query(url, "count by (Hostname) (group by (Hostname, gpu) (DCGM_FI_DEV_GPU_TEMP))"),
                       lambda rows: len(rows) == 3, timeout_s=90.0)
     counts = {row["metric"]["Hostname"]: int(row["value"][1]) for row in result}
     assert counts == {name: count for name, (_args, _env, count) in NODES.items()}
@@ -126,9 +76,70 @@ def test_an_injected_xid_fires_the_xid_rules(cluster: tuple[str, dict[str, Nvdas
     alerts = wait_for(firing, lambda found: {a["labels"]["alertname"] for a in found}
                       >= {"NvdashGpuXidError", "NvdashGpuCriticalXid"}, timeout_s=90.0)
     critical = [alert for alert in alerts if alert["labels"]["alertname"] == "NvdashGpuCriticalXid"]
-    assert [(a["labels"]["Hostname"], a["labels"]["gpu"], a["labels"]["err_code"]) for a in critical] == [
-        ("node-b", "0", "48")]
+    # One alert per pod sharing the GPU (each series carries its pod, as dcgm-exporter's pod mapper writes them).
+    assert {(a["labels"]["Hostname"], a["labels"]["gpu"], a["labels"]["err_code"]) for a in critical} == {
+        ("node-b", "0", "48")}
+    assert sorted(a["labels"].get("pod") for a in critical) == ["server-a", "server-b"]
     assert critical[0]["labels"]["severity"] == "critical"
     assert "node-b" in critical[0]["annotations"]["summary"] or "node-b" in critical[0]["annotations"]["description"]
     # Nothing fires on the nodes without an XID.
     assert {a["labels"].get("Hostname") for a in alerts if "Xid" in a["labels"]["alertname"]} == {"node-b"}
+
+
+def test_the_cluster_state_from_prometheus(cluster: tuple[str, dict[str, NvdashServer]]) -> None:
+    url, servers = cluster
+    poller = ClusterPoller(PrometheusClient(url))
+    state = wait_for(poller.refresh, lambda found: len(found.gpus) == 12 and len(found.pods) == 9, timeout_s=90.0)
+    assert state.error is None
+    assert state.hostnames == ["node-a", "node-b", "node-c"]
+    # Each GPU as its node's /info.json lists it.
+    for name, server in servers.items():
+        info = get_json(server.url + "/info.json")["gpus"]
+        assert [(gpu.index, gpu.uuid, gpu.model) for gpu in state.node(name)] == [
+            (gpu["index"], gpu["uuid"], gpu["name"]) for gpu in info]
+    xid = state.node("node-b")[0].health
+    assert xid.status is Status.CRITICAL
+    assert any(finding.text.startswith("last XID 48:") for finding in xid.findings)
+    assert {(pod.namespace, pod.pod) for pod in state.pods if pod.idle} == IDLE_PODS
+    assert {(pod.namespace, pod.pod): pod.sharing for pod in state.pods} == {
+        ("research", "train-llm"): "whole", ("research", "notebook"): "whole", ("inference", "server-a"): "shared",
+        ("inference", "server-b"): "shared", ("batch", "mig-train"): "mig", ("batch", "mig-idle"): "mig"}
+    mig = next(pod for pod in state.pods if pod.pod == "mig-train")
+    assert mig.mig_profile == "3g.20gb"
+    assert mig.memory_used_bytes is not None
+    assert mig.memory_used_bytes > 1024 * 1024 * 1024
+
+
+def test_a_node_history_from_prometheus_matches_its_readings(cluster: tuple[str, dict[str, NvdashServer]]) -> None:
+    url, _servers = cluster
+    client = PrometheusClient(url)
+    history = PrometheusHistory(client, "node-a")
+    wait_for(lambda: query(url, 'count_over_time(DCGM_FI_DEV_FB_USED{Hostname="node-a", gpu="0"}[5m])'),
+             lambda rows: bool(rows) and float(rows[0]["value"][1]) >= 10, timeout_s=60.0)
+    end = time.time()
+    result = history.query(["utilization_pct", "memory_used_bytes"], end - 600, end, step_s=15.0)
+    assert sorted(result.series["utilization_pct"]) == list(range(8))
+    assert result.step_s == 15.0
+    memory = result.series["memory_used_bytes"][0]
+    known = memory.mean[~np.isnan(memory.mean)]
+    assert len(known) >= 1
+    # Bytes, from dcgm-exporter's MiB: an 80 GB H100 holds at most 81,559 MiB.
+    assert (known > 0).all()
+    assert (known <= 81_559 * 1024 * 1024).all()
+    assert (memory.minimum[~np.isnan(memory.mean)] <= known).all()
+    util = result.series["utilization_pct"][3].mean
+    assert ((util[~np.isnan(util)] >= 0) & (util[~np.isnan(util)] <= 100)).all()
+    # Only the GPUs asked for.
+    assert sorted(history.query(["power_w"], end - 300, end, gpus=[2, 5]).series["power_w"]) == [2, 5]
+
+
+def test_prometheus_refusals_are_one_line(cluster: tuple[str, dict[str, NvdashServer]]) -> None:
+    url, servers = cluster
+    with pytest.raises(PrometheusError) as refused:
+        PrometheusClient(url).instant("sum(")
+    assert str(refused.value).startswith(f"Prometheus at {url} refused the query: bad_data: ")
+    assert "\n" not in str(refused.value)
+    not_prometheus = servers["node-c"].url
+    with pytest.raises(PrometheusError) as wrong:
+        PrometheusClient(not_prometheus).instant("up")
+    assert str(wrong.value) == f"Prometheus at {not_prometheus} refused the query: HTTP 404 Not Found"
