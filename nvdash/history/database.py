@@ -130,6 +130,57 @@ def _validate(connection: sqlite3.Connection, path: Path) -> bool:
     return True
 
 
+def _name_and_type(column: str) -> tuple[str, str]:
+    name, kind = column.split(" ", 1)
+    return name, kind
+
+
+def _expected_columns() -> dict[str, list[tuple[str, str]]]:
+    """Per table whose columns follow the records, its reading columns and their types (see :func:`schema`)."""
+    tables = {"gpu_raw": [(name, "REAL") for name in gpu_raw_columns()],
+              "host_raw": [(name, "REAL") for name in host_raw_columns()]}
+    for tier in (tier.name for tier in TIERS):
+        for scope in (Scope.GPU, Scope.HOST):
+            tables[f"{scope.value}_{tier}"] = [_name_and_type(column) for column in _gauge_columns(scope)]
+    return tables
+
+
+def _missing_columns(connection: sqlite3.Connection) -> dict[str, list[tuple[str, str]]]:
+    """The reading columns a history written by an older nvdash lacks (a record gained a field since), by table."""
+    missing: dict[str, list[tuple[str, str]]] = {}
+    for table, columns in _expected_columns().items():
+        present = {row[1] for row in connection.execute(f"PRAGMA main.table_info({table})")}
+        if present:
+            lacking = [(name, kind) for name, kind in columns if name not in present]
+            if lacking:
+                missing[table] = lacking
+    return missing
+
+
+def _upgrade(connection: sqlite3.Connection) -> None:
+    """Add the columns of reading fields newer than the file (empty for the past: not read then)."""
+    missing = _missing_columns(connection)
+    if not missing:
+        return
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        for table, columns in missing.items():
+            for name, kind in columns:
+                connection.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+def _shadow_missing(connection: sqlite3.Connection) -> None:
+    """For a read-only connection to an older file: temporary views, named like its tables, that add the newer
+    columns as NULL, so that every query reads the file as if it had them (SQLite looks in ``temp`` first)."""
+    for table, columns in _missing_columns(connection).items():
+        extra = ", ".join(f"NULL AS {name}" for name, _ in columns)
+        connection.execute(f"CREATE TEMP VIEW {table} AS SELECT *, {extra} FROM main.{table}")
+
+
 def _create(connection: sqlite3.Connection) -> None:
     connection.execute("PRAGMA auto_vacuum = INCREMENTAL")
     connection.execute("BEGIN IMMEDIATE")
@@ -203,6 +254,10 @@ def open_database(path: Path, read_only: bool = False) -> sqlite3.Connection:
         if not read_only:
             connection.execute("PRAGMA journal_mode = WAL")
             connection.execute("PRAGMA synchronous = NORMAL")
+            if exists:
+                _upgrade(connection)
+        else:
+            _shadow_missing(connection)
     except sqlite3.DatabaseError as error:
         connection.close()
         raise HistoryError(f"{path} is not a usable nvdash history file ({error}); it was left untouched") from None

@@ -105,6 +105,7 @@ FIELDS: tuple[Field, ...] = (
     Field("pci.bus_id", Kind.TEXT, "pci_bus_id", aliases=("gpu_bus_id",)),
     Field("driver_version", Kind.TEXT, "driver_version"),
     Field("utilization.gpu", Kind.PERCENT, "utilization_pct", "%"),
+    Field("utilization.memory", Kind.PERCENT, "memory_utilization_pct", "%"),
     Field("memory.total", Kind.MIB, "memory_total_bytes", "MiB"),
     Field("memory.reserved", Kind.MIB, "memory_reserved_bytes", "MiB"),
     Field("memory.used", Kind.MIB, "memory_used_bytes", "MiB"),
@@ -268,7 +269,7 @@ class ParsedLog:
     errors: list[tuple[int, str]] = field(default_factory=list)
     """(1-based line number, one-line reason) for each line skipped."""
     ignored_fields: list[str] = field(default_factory=list)
-    """Fields nvidia-smi has that nvdash does not keep (``utilization.memory``), in order of first appearance."""
+    """Fields nvidia-smi has that nvdash does not keep (``pcie.link.gen.max``), in order of first appearance."""
 
 
 _HEADER_CELL = re.compile(r"^([a-z][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)(?:\s*\[[^\]]*\])?$")

@@ -1,37 +1,57 @@
 """The ``prometheus_client`` collector behind ``/metrics``: the store's newest snapshot in dcgm-exporter's names.
 
-A scrape reads only the store (the sampler's newest snapshot and the event log); it never calls NVML, so any
-number of scrapers cost the sampler nothing.
+A scrape reads only the store (the sampler's newest snapshot, with its usage reading, and the event log); it never
+calls NVML, so any number of scrapers cost the sampler nothing.
+
+Series, as dcgm-exporter writes them:
+
+- one per GPU, labelled :data:`GPU_LABELS` (and the counters file's ``label`` rows);
+- one more per GPU instance of a GPU in MIG mode, for the families an instance reads for itself
+  (:data:`~nvdash.metrics.fields.MIG_FIELDS`), with the parent GPU's labels plus ``GPU_I_PROFILE`` and ``GPU_I_ID``;
+- with pods on (``--metrics-pods``), a GPU's or instance's series once per container the kubelet allocated it to,
+  with ``namespace``, ``pod`` and ``container`` (several for a time-sliced or MPS GPU shared by several pods), and
+  the :data:`~nvdash.metrics.fields.POD_FAMILIES`;
+- with processes on (``--metrics-processes``), the :data:`~nvdash.metrics.fields.PROCESS_FAMILIES`, one series per
+  process on a GPU or instance.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
 
 from nvdash.health.xid import xid_info
 from nvdash.metrics.counters import Counter
-from nvdash.metrics.fields import FIELDS, GpuView
+from nvdash.metrics.fields import FAMILIES, FIELDS, MIG_FIELDS, POD_FAMILIES, PROCESS_FAMILIES, GpuView, MigView
 from nvdash.sampling.records import GpuEvent, GpuInfo, Snapshot
+from nvdash.sampling.usage_records import GpuProcess, MigInstance, PodDevice, Usage
 from nvdash.store import Store
 
 LOST_FAMILY = "nvdash_gpu_lost"
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
-"""dcgm-exporter's labels on every per-GPU series."""
-
-
+"""dcgm-exporter's labels on every per-GPU series; ``--metrics-labels`` chooses among these."""
 LABEL_FIELDS = ("DCGM_FI_DRIVER_VERSION",)
 """The ``label`` rows nvdash can fill: the field becomes a label of every series."""
+MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")
+POD_LABELS = ("namespace", "pod", "container")
+PROCESS_LABELS = ("pid", "process_name")
+ALLOCATION_LABELS = ("resource", "sharing")
+KEPT_LABELS = (*MIG_LABELS, *POD_LABELS, *PROCESS_LABELS, *ALLOCATION_LABELS, "err_code", "err_msg")
+"""Labels that tell the series of one GPU apart: always written (leaving one off would make series collide)."""
 XID_FAMILY = "DCGM_FI_DEV_XID_ERRORS"
 NO_ERROR = "No Error"
+ALLOCATED_FAMILY, IDLE_FAMILY = POD_FAMILIES
+MEMORY_FAMILY, SM_FAMILY = PROCESS_FAMILIES
+
+Labels = dict[str, str]
 
 
 def unknown_fields(counters: Sequence[Counter]) -> list[str]:
     """The names of a counters file that nvdash cannot export."""
     return [counter.name for counter in counters
-            if (counter.name not in LABEL_FIELDS if counter.kind == "label" else counter.name not in FIELDS)]
+            if (counter.name not in LABEL_FIELDS if counter.kind == "label" else counter.name not in FAMILIES)]
 
 
 def xid_labels(code: int) -> dict[str, str]:
@@ -48,22 +68,66 @@ def last_xids(events: Sequence[GpuEvent]) -> dict[int, int]:
     return codes
 
 
+def process_name(process: GpuProcess) -> str:
+    """The base name of the process's executable (its command's first word), or ``""`` when the host cannot say."""
+    command = process.host.command if process.host is not None else None
+    words = command.split(maxsplit=1) if command else []
+    return words[0].rsplit("/", 1)[-1] if words else ""
+
+
+def instance_profile(profile: str) -> str:
+    """The GPU instance profile of a MIG device's profile: ``3g.20gb`` also for a compute instance ``1c.3g.20gb``."""
+    parts = profile.split(".")
+    return ".".join(parts[1:]) if len(parts) == 3 and parts[0].endswith("c") else profile
+
+
+def mig_view(instances: Sequence[MigInstance]) -> MigView:
+    """One GPU instance from its MIG devices (one per compute instance; they share the instance's memory)."""
+    first = instances[0]
+    activity = [(i.sm_active_pct, i.sm_count or 1) for i in instances if i.sm_active_pct is not None]
+    sm_active = None
+    if len(activity) == len(instances):
+        sm_active = sum(pct * weight for pct, weight in activity) / sum(weight for _, weight in activity)
+    return MigView(profile=instance_profile(first.profile), gpu_instance_id=first.gpu_instance_id,
+                   memory_used_bytes=first.memory_used_bytes, memory_total_bytes=first.memory_total_bytes,
+                   sm_active_pct=sm_active)
+
+
 @dataclass(frozen=True)
 class ExportOptions:
     """What ``/metrics`` exports and how its series are labelled."""
 
     hostname: str
     drop_labels: frozenset[str] = frozenset()
-    """Labels left off every series (``--metrics-labels``)."""
+    """Labels left off every series (``--metrics-labels``); only :data:`GPU_LABELS` and :data:`LABEL_FIELDS`."""
+    pods: bool = False
+    """Label series with the pod using the device, and export the pod families (``--metrics-pods``)."""
+    processes: bool = False
+    """Export the per-process families (``--metrics-processes``)."""
+
+
+@dataclass
+class _Scrape:
+    """One scrape's series targets, built once and shared by every family (label dicts are reused, not copied)."""
+
+    gpus: list[tuple[GpuView, list[Labels]]] = field(default_factory=list)
+    """Each GPU's view and its label sets: one, or one per container allocated the GPU."""
+    migs: list[tuple[MigView, list[Labels]]] = field(default_factory=list)
+    """Each GPU instance's view and its label sets."""
+    devices: dict[str, Labels] = field(default_factory=dict)
+    """GPU or MIG UUID -> the device's labels (without pod labels)."""
+    lost: set[str] = field(default_factory=set)
+    """UUIDs of the GPUs that stopped answering."""
+    usage: Usage | None = None
 
 
 class StoreCollector:
-    """Yields the counters file's families for every GPU of the store's newest snapshot."""
+    """Yields the counters file's families for every GPU (and GPU instance) of the store's newest snapshot."""
 
     def __init__(self, store: Store, counters: Sequence[Counter], options: ExportOptions,
                  openmetrics: bool = False) -> None:
         self.store = store
-        self.counters = [counter for counter in counters if counter.kind != "label" and counter.name in FIELDS]
+        self.counters = [counter for counter in counters if counter.kind != "label" and counter.name in FAMILIES]
         self.options = options
         self.openmetrics = openmetrics
         self.label_names = [name for name in GPU_LABELS if name not in options.drop_labels]
@@ -75,12 +139,14 @@ class StoreCollector:
         values = {"DCGM_FI_DRIVER_VERSION": driver}
         return {name: value for name in names if (value := values.get(name)) and name not in self.options.drop_labels}
 
-    def _labels(self, info: GpuInfo) -> list[str]:
+    def _labels(self, info: GpuInfo) -> Labels:
         values = {
             "gpu": str(info.index), "UUID": info.uuid, "pci_bus_id": info.pci_bus_id, "device": f"nvidia{info.index}",
             "modelName": info.name, "Hostname": self.options.hostname,
         }
-        return [values[name] for name in self.label_names]
+        labels = {name: values[name] for name in self.label_names}
+        labels.update(self.extra_labels)
+        return labels
 
     def _family(self, counter: Counter) -> Metric:
         kind = counter.kind
@@ -90,28 +156,160 @@ class StoreCollector:
             kind = "unknown"
         return Metric(counter.name, counter.help, kind)
 
-    def collect(self) -> Iterator[Metric]:
-        """One family per exported field, one sample per GPU that reads it."""
+    # The scrape's series
+
+    def _allocations(self, usage: Usage | None) -> dict[str, list[PodDevice]]:
+        """GPU or MIG UUID -> the kubelet's allocations of it (shared replicas ``GPU-...::N`` under the GPU)."""
+        found: dict[str, list[PodDevice]] = {}
+        if self.options.pods and usage is not None:
+            for device in usage.pods.devices:
+                found.setdefault(device.uuid, []).append(device)
+        return found
+
+    @staticmethod
+    def _with_pods(labels: Labels, devices: Sequence[PodDevice]) -> list[Labels]:
+        """``labels`` once per container allocated the device (each container once), or alone when none is."""
+        variants: dict[tuple[str, str, str], Labels] = {}
+        for device in devices:
+            key = (device.namespace, device.pod, device.container)
+            if key not in variants:
+                variants[key] = {**labels, "namespace": device.namespace, "pod": device.pod,
+                                 "container": device.container}
+        return list(variants.values()) or [labels]
+
+    def _scrape(self) -> _Scrape:
         snapshot: Snapshot | None = self.store.latest()
+        scrape = _Scrape()
+        if snapshot is None:
+            return scrape
         infos = {info.index: info for info in self.store.inventory.gpus}
         xids = last_xids(self.store.events())
-        views = []
-        if snapshot is not None:
-            for sample in snapshot.gpus:
-                info = infos.get(sample.index)
-                if info is not None:
-                    views.append((GpuView(info, sample, xids.get(sample.index, 0)), self._labels(info)))
+        usage = scrape.usage = snapshot.usage
+        allocations = self._allocations(usage)
+        for sample in snapshot.gpus:
+            info = infos.get(sample.index)
+            if info is None:
+                continue
+            labels = scrape.devices[info.uuid] = self._labels(info)
+            if sample.lost:
+                scrape.lost.add(info.uuid)
+            view = GpuView(info, sample, xids.get(sample.index, 0))
+            scrape.gpus.append((view, self._with_pods(labels, allocations.get(info.uuid, ()))))
+        for gpu in usage.gpus if usage is not None else ():
+            parent = scrape.devices.get(gpu.uuid)
+            if parent is None or gpu.uuid in scrape.lost or not gpu.instances:
+                continue
+            by_instance: dict[int, list[MigInstance]] = {}
+            for instance in gpu.instances:
+                by_instance.setdefault(instance.gpu_instance_id, []).append(instance)
+            for instances in by_instance.values():
+                mig = mig_view(instances)
+                labels = {**parent, "GPU_I_PROFILE": mig.profile, "GPU_I_ID": str(mig.gpu_instance_id)}
+                devices: list[PodDevice] = []
+                for instance in instances:
+                    scrape.devices[instance.uuid] = labels
+                    devices += allocations.get(instance.uuid, ())
+                scrape.migs.append((mig, self._with_pods(labels, devices)))
+        return scrape
+
+    # Families
+
+    def collect(self) -> Iterator[Metric]:
+        """One family per exported name: a sample per GPU (and instance, allocation, process) that reads it."""
+        scrape = self._scrape()
+        pods: dict[str, Metric] | None = None
+        processes: dict[str, Metric] | None = None
         for counter in self.counters:
-            family = self._family(counter)
-            read = FIELDS[counter.name]
-            for view, labels in views:
-                if view.sample.lost and counter.name != LOST_FAMILY:
-                    continue  # a lost GPU has no readings: only its lost flag
-                value = read(view)
-                if value is not None:
-                    sample_labels = dict(zip(self.label_names, labels, strict=True))
-                    sample_labels.update(self.extra_labels)
-                    if counter.name == XID_FAMILY:
-                        sample_labels.update(xid_labels(view.last_xid))
-                    family.add_sample(counter.name, sample_labels, float(value))
-            yield family
+            name = counter.name
+            if name in POD_FAMILIES:
+                if self.options.pods:
+                    pods = pods if pods is not None else self._pod_families(scrape)
+                    yield self._filled(counter, pods[name])
+                continue
+            if name in PROCESS_FAMILIES:
+                if self.options.processes:
+                    processes = processes if processes is not None else self._process_families(scrape)
+                    yield self._filled(counter, processes[name])
+                continue
+            yield self._gpu_family(counter, scrape)
+
+    def _gpu_family(self, counter: Counter, scrape: _Scrape) -> Metric:
+        name = counter.name
+        family = self._family(counter)
+        add = family.add_sample
+        read = FIELDS[name]
+        for view, variants in scrape.gpus:
+            if view.sample.lost and name != LOST_FAMILY:
+                continue  # a lost GPU has no readings: only its lost flag
+            value = read(view)
+            if value is None:
+                continue
+            number = float(value)
+            if name == XID_FAMILY:
+                extra = xid_labels(view.last_xid)
+                for labels in variants:
+                    add(name, {**labels, **extra}, number)
+            else:
+                for labels in variants:
+                    add(name, labels, number)
+        mig_read = MIG_FIELDS.get(name)
+        if mig_read is not None:
+            for mig, variants in scrape.migs:
+                mig_value = mig_read(mig)
+                if mig_value is not None:
+                    for labels in variants:
+                        add(name, labels, float(mig_value))
+        return family
+
+    def _filled(self, counter: Counter, samples: Metric) -> Metric:
+        """A family named and typed by the counters file, holding ``samples``' samples."""
+        family = self._family(counter)
+        family.samples = samples.samples
+        return family
+
+    def _pod_families(self, scrape: _Scrape) -> dict[str, Metric]:
+        """``nvdash_pod_gpu_allocated`` (the allocations, 1 each) and ``nvdash_pod_gpu_idle`` (1: no process of the
+        pod runs on the device) per container and device; a container holding two replicas of one GPU counts 2."""
+        allocated = Metric(ALLOCATED_FAMILY, "", "gauge")
+        idle = Metric(IDLE_FAMILY, "", "gauge")
+        usage = scrape.usage
+        if usage is None:
+            return {ALLOCATED_FAMILY: allocated, IDLE_FAMILY: idle}
+        idle_devices = set(usage.idle_allocations())
+        groups: dict[tuple[int, str, str, str, str, str], tuple[Labels, int, bool]] = {}
+        for device in usage.pods.devices:
+            base = scrape.devices.get(device.uuid)
+            if base is None:
+                continue  # not a device of this node's GPUs (or its GPU instance is gone)
+            key = (id(base), device.namespace, device.pod, device.container, device.resource_name, device.sharing)
+            labels, count, is_idle = groups.get(key) or (
+                {**base, "namespace": device.namespace, "pod": device.pod, "container": device.container,
+                 "resource": device.resource_name, "sharing": device.sharing}, 0, False)
+            groups[key] = (labels, count + 1, is_idle or device in idle_devices)
+        for labels, count, is_idle in groups.values():
+            allocated.add_sample(ALLOCATED_FAMILY, labels, float(count))
+            idle.add_sample(IDLE_FAMILY, labels, float(is_idle))
+        return {ALLOCATED_FAMILY: allocated, IDLE_FAMILY: idle}
+
+    def _process_families(self, scrape: _Scrape) -> dict[str, Metric]:
+        """GPU memory (bytes) and SM utilization (0-1) of each process, where NVML reports them."""
+        memory = Metric(MEMORY_FAMILY, "", "gauge")
+        sm = Metric(SM_FAMILY, "", "gauge")
+        usage = scrape.usage
+        seen: set[tuple[int, int]] = set()
+        for process in usage.processes if usage is not None else ():
+            if process.gpu_uuid in scrape.lost:
+                continue
+            base = scrape.devices.get(process.mig_uuid or process.gpu_uuid) or scrape.devices.get(process.gpu_uuid)
+            if base is None or (id(base), process.pid) in seen:
+                continue
+            seen.add((id(base), process.pid))
+            labels = {**base, "pid": str(process.pid), "process_name": process_name(process)}
+            if self.options.pods and process.pod_name is not None:
+                labels.update(namespace=process.pod_namespace or "", pod=process.pod_name,
+                              container=process.container_name or "")
+            if process.gpu_memory_bytes is not None:
+                memory.add_sample(MEMORY_FAMILY, labels, float(process.gpu_memory_bytes))
+            if process.sm_pct is not None:
+                sm.add_sample(SM_FAMILY, labels, process.sm_pct / 100.0)
+        return {MEMORY_FAMILY: memory, SM_FAMILY: sm}

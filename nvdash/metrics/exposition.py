@@ -5,7 +5,7 @@ dcgm-exporter's counters (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``) untyped; Ope
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from prometheus_client.metrics_core import Metric
 
@@ -29,15 +29,27 @@ def format_value(value: float) -> str:
     return repr(float(value))
 
 
+def _label_text(labels: Mapping[str, str]) -> str:
+    text = ",".join(f'{name}="{_escape_value(value)}"' for name, value in sorted(labels.items()))
+    return f"{{{text}}}" if text else ""
+
+
 def text_format(families: Iterable[Metric]) -> bytes:
-    """The families in the text format, each sample named as collected."""
+    """The families in the text format, each sample named as collected.
+
+    The collector hands the same label dict to every family of a series; each dict is written out once per call
+    (the cache keeps the dict itself, so its ``id`` cannot be reused by another while the call runs).
+    """
     lines: list[str] = []
+    written: dict[int, tuple[Mapping[str, str], str]] = {}
     for family in families:
         kind = "untyped" if family.type == "unknown" else family.type
         lines.append(f"# HELP {family.name} {_escape_help(family.documentation)}\n")
         lines.append(f"# TYPE {family.name} {kind}\n")
         for sample in family.samples:
-            labels = ",".join(f'{name}="{_escape_value(value)}"' for name, value in sorted(sample.labels.items()))
-            body = f"{{{labels}}}" if labels else ""
-            lines.append(f"{sample.name}{body} {format_value(sample.value)}\n")
+            labels = sample.labels
+            known = written.get(id(labels))
+            if known is None or known[0] is not labels:
+                known = written[id(labels)] = (labels, _label_text(labels))
+            lines.append(f"{sample.name}{known[1]} {format_value(sample.value)}\n")
     return "".join(lines).encode("utf-8")

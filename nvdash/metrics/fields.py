@@ -2,7 +2,8 @@
 in base units for the readings DCGM has no name for.
 
 Each field reads one GPU's newest sample (with its inventory entry and its last XID); ``None`` leaves the GPU's
-series out of that scrape, as dcgm-exporter does for a field a GPU does not support.
+series out of that scrape, as dcgm-exporter does for a field a GPU does not support. :data:`MIG_FIELDS` read one
+GPU instance of a GPU in MIG mode; the pod and process families are built by the collector from the usage reading.
 """
 
 from __future__ import annotations
@@ -56,9 +57,21 @@ def _sum(first: float | None, second: float | None) -> float | None:
     return None if first is None or second is None else first + second
 
 
+NVLINK_BANDWIDTH_UNIT_BYTES_PER_S = 1024 * 1000
+"""One unit of ``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`` in bytes per second: DCGM sums NVML's per-link TX and RX KiB
+counters, divides their increase by the seconds between readings and then by 1000 ("KiB/s -> MiB/s" in
+``DcgmCacheManager.cpp``), so a unit is 1000 KiB/s, about a MB/s."""
+
+
+def _nvlink_bandwidth_total(view: GpuView) -> float | None:
+    total = _sum(view.sample.nvlink_tx_bytes_per_s, view.sample.nvlink_rx_bytes_per_s)
+    return None if total is None else total / NVLINK_BANDWIDTH_UNIT_BYTES_PER_S
+
+
 FIELDS: dict[str, Reader] = {
     # Utilization and memory (framebuffer sizes in MiB, as DCGM reports them).
     "DCGM_FI_DEV_GPU_UTIL": lambda v: v.sample.utilization_pct,
+    "DCGM_FI_DEV_MEM_COPY_UTIL": lambda v: v.sample.memory_utilization_pct,
     "DCGM_FI_DEV_FB_USED": lambda v: _mib(v.sample.memory_used_bytes),
     "DCGM_FI_DEV_FB_FREE": _free_mib,
     "DCGM_FI_DEV_FB_RESERVED": lambda v: _mib(v.sample.memory_reserved_bytes),
@@ -97,7 +110,12 @@ FIELDS: dict[str, Reader] = {
     "DCGM_FI_DEV_PCIE_LINK_WIDTH": lambda v: v.sample.pcie_width_current,
     "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": lambda v: v.info.pcie_generation,
     "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": lambda v: v.info.pcie_width,
+    # Link rates: PCIe in bytes per second (DCGM's profiling fields), NVLink TX + RX in DCGM's ~MB/s units.
+    "DCGM_FI_PROF_PCIE_TX_BYTES": lambda v: v.sample.pcie_tx_bytes_per_s,
+    "DCGM_FI_PROF_PCIE_RX_BYTES": lambda v: v.sample.pcie_rx_bytes_per_s,
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": _nvlink_bandwidth_total,
     # GPM activity, as DCGM's profiling fields report it: a ratio of time, 0 to 1.
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": lambda v: _ratio(v.sample.gpm_graphics_active_pct),
     "DCGM_FI_PROF_SM_ACTIVE": lambda v: _ratio(v.sample.gpm_sm_active_pct),
     "DCGM_FI_PROF_SM_OCCUPANCY": lambda v: _ratio(v.sample.gpm_sm_occupancy_pct),
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": lambda v: _ratio(v.sample.gpm_tensor_active_pct),
@@ -113,3 +131,42 @@ FIELDS: dict[str, Reader] = {
     "nvdash_gpu_lost": lambda v: _flag(v.sample.lost),
 }
 """Every per-GPU family nvdash can export, by name."""
+
+
+@dataclass(frozen=True)
+class MigView:
+    """What a MIG field reads: one GPU instance of a GPU in MIG mode (its compute instances merged)."""
+
+    profile: str
+    """The GPU instance profile, e.g. ``3g.20gb``."""
+    gpu_instance_id: int
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    sm_active_pct: float | None
+
+
+MigReader = Callable[[MigView], float | None]
+
+
+def _mig_free_mib(view: MigView) -> float | None:
+    if view.memory_total_bytes is None or view.memory_used_bytes is None:
+        return None
+    return (view.memory_total_bytes - view.memory_used_bytes) / MIB
+
+
+MIG_FIELDS: dict[str, MigReader] = {
+    "DCGM_FI_DEV_FB_USED": lambda m: _mib(m.memory_used_bytes),
+    "DCGM_FI_DEV_FB_FREE": _mig_free_mib,
+    "DCGM_FI_DEV_FB_TOTAL": lambda m: _mib(m.memory_total_bytes),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": lambda m: _ratio(m.sm_active_pct),
+}
+"""The families a GPU instance reads for itself, with one extra series per instance (``GPU_I_PROFILE``,
+``GPU_I_ID``). Device-wide readings (temperature, power, clocks, errors) stay on the GPU's own series only, so that
+a sum over a GPU's series never counts them twice."""
+
+POD_FAMILIES = ("nvdash_pod_gpu_allocated", "nvdash_pod_gpu_idle")
+"""With ``--metrics-pods``: one series per allocation of a GPU or MIG instance to a pod's container."""
+PROCESS_FAMILIES = ("nvdash_process_gpu_memory_bytes", "nvdash_process_sm_utilization_ratio")
+"""With ``--metrics-processes``: one series per process on a GPU or MIG instance."""
+FAMILIES = frozenset((*FIELDS, *POD_FAMILIES, *PROCESS_FAMILIES))
+"""Every family name nvdash can export."""

@@ -1,4 +1,4 @@
-"""GPU performance metrics (GPM, Hopper and later): SM, tensor and DRAM activity between two samples.
+"""GPU performance metrics (GPM, Hopper and later): graphics engine, SM, tensor and DRAM activity between two samples.
 
 NVML computes GPM metrics from two samples taken by ``nvmlGpmSampleGet``; each sweep takes one and asks for the
 metrics over the interval since the previous sweep's. Two sample buffers per GPU are allocated once and reused.
@@ -12,6 +12,7 @@ from typing import Any
 from nvdash.sampling.nvml_device import Device, GpuLost, NvmlCaller
 
 GPM_METRICS = {
+    "gpm_graphics_active_pct": 1,  # NVML_GPM_METRIC_GRAPHICS_UTIL
     "gpm_sm_active_pct": 2,  # NVML_GPM_METRIC_SM_UTIL
     "gpm_sm_occupancy_pct": 3,  # NVML_GPM_METRIC_SM_OCCUPANCY
     "gpm_tensor_active_pct": 5,  # NVML_GPM_METRIC_ANY_TENSOR_UTIL

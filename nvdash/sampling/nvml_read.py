@@ -92,6 +92,7 @@ class DeviceReader:
         reserved = getattr(memory, "reserved", None) if memory is not None else None
         return {
             "utilization_pct": float(utilization.gpu) if utilization is not None else None,
+            "memory_utilization_pct": float(utilization.memory) if utilization is not None else None,
             "memory_used_bytes": int(memory.used) if memory is not None else None,
             "memory_total_bytes": int(memory.total) if memory is not None else None,
             "memory_reserved_bytes": int(reserved) if reserved is not None else None,

@@ -120,6 +120,10 @@ class GpuSample:
     gpm_sm_occupancy_pct: float | None = None
     gpm_tensor_active_pct: float | None = None
     gpm_dram_active_pct: float | None = None
+    gpm_graphics_active_pct: float | None = None
+    """Share of time the graphics/compute engine was busy (GPM ``NVML_GPM_METRIC_GRAPHICS_UTIL``), 0-100."""
+    memory_utilization_pct: float | None = None
+    """Share of time device memory was read or written (``nvmlUtilization_t.memory``), 0-100; not capacity."""
     error: str | None = None
     """Why this sweep has no reading for the GPU (an unexpected failure), else ``None``."""
 

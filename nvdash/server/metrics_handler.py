@@ -39,7 +39,8 @@ def metrics_setup(settings: Settings, hostname: str) -> tuple[MetricsSetup, list
     drop: frozenset[str] = frozenset()
     if settings.metrics_labels is not None:
         drop = frozenset(label for label in (*GPU_LABELS, *LABEL_FIELDS) if label not in settings.metrics_labels)
-    options = ExportOptions(hostname=settings.hostname or hostname, drop_labels=drop)
+    options = ExportOptions(hostname=settings.hostname or hostname, drop_labels=drop, pods=settings.metrics_pods,
+                            processes=settings.metrics_processes)
     return MetricsSetup(tuple(counters), options), unknown_fields(counters)
 
 

@@ -7,6 +7,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from tests.conftest import free_port, http_get, nvdash_env, nvdash_server, wait_for
@@ -48,6 +49,22 @@ def test_metrics_for_every_gpu_in_dcgm_exporters_names(tmp_path: Path) -> None:
         for gpu, value in used.items():
             assert value + free[gpu] + reserved[gpu] == 81559
         assert all(0 <= value <= 1 for _, value in found["DCGM_FI_PROF_SM_ACTIVE"])
+        assert all(0 <= value <= 1 for _, value in found["DCGM_FI_PROF_GR_ENGINE_ACTIVE"])
+        assert all(0 <= value <= 100 for _, value in found["DCGM_FI_DEV_MEM_COPY_UTIL"])
+        assert len(found["DCGM_FI_DEV_MEM_COPY_UTIL"]) == 8
+        # The rates under DCGM's names are nvdash's own: PCIe in bytes/s, NVLink TX + RX in DCGM's 1000 KiB/s.
+        by_gpu = {name: {labels["gpu"]: value for labels, value in found[name]} for name in (
+            "DCGM_FI_PROF_PCIE_TX_BYTES", "nvdash_pcie_transmit_bytes_per_second", "DCGM_FI_PROF_PCIE_RX_BYTES",
+            "nvdash_pcie_receive_bytes_per_second", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+            "nvdash_nvlink_transmit_bytes_per_second", "nvdash_nvlink_receive_bytes_per_second")}
+        assert by_gpu["DCGM_FI_PROF_PCIE_TX_BYTES"] == by_gpu["nvdash_pcie_transmit_bytes_per_second"]
+        assert by_gpu["DCGM_FI_PROF_PCIE_RX_BYTES"] == by_gpu["nvdash_pcie_receive_bytes_per_second"]
+        for gpu, value in by_gpu["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"].items():
+            total = by_gpu["nvdash_nvlink_transmit_bytes_per_second"][gpu] + by_gpu[
+                "nvdash_nvlink_receive_bytes_per_second"][gpu]
+            assert value == pytest.approx(total / 1024 / 1000)
+        assert "nvdash_pod_gpu_allocated" not in found
+        assert "nvdash_process_gpu_memory_bytes" not in found
         status, _, headers = scrape(server.url)
         assert headers["content-type"].startswith("text/plain; version=0.0.4")
         status, text, headers = scrape(server.url, {"Accept": "application/openmetrics-text; version=1.0.0"})

@@ -114,8 +114,8 @@ def test_repeated_headers_blank_lines_crlf_and_a_bom() -> None:
         "2024/01/15 10:23:45.123, 0, 97 %, 512.34 W\r\n"
         "\r\n"
         "2024/01/15 10:23:46.140, 0, 100 %, 689.07 W\r\n"
-        "timestamp, uuid, fan.speed [%], utilization.gpu [%], utilization.memory [%]\r\n"
-        "2024/01/15 11:00:00.000, GPU-5117a0e2-6d1c-4a7e-9b0f-3c2d1e0f9a8b, 30 %, 12 %, 3 %\r\n"
+        "timestamp, uuid, fan.speed [%], utilization.gpu [%], encoder.stats.sessionCount\r\n"
+        "2024/01/15 11:00:00.000, GPU-5117a0e2-6d1c-4a7e-9b0f-3c2d1e0f9a8b, 30 %, 12 %, 0\r\n"
         "   \r\n"
     )
     log = parse_csv(text.splitlines(keepends=True), tz=UTC)
@@ -126,8 +126,8 @@ def test_repeated_headers_blank_lines_crlf_and_a_bom() -> None:
     assert log.rows[2].uuid == "GPU-5117a0e2-6d1c-4a7e-9b0f-3c2d1e0f9a8b"
     assert log.rows[2].values == {"fan_speed_pct": 30.0, "utilization_pct": 12.0}
     assert log.fields == ["timestamp", "index", "utilization.gpu", "power.draw", "uuid", "fan.speed",
-                          "utilization.memory"]
-    assert log.ignored_fields == ["utilization.memory"]
+                          "encoder.stats.sessionCount"]
+    assert log.ignored_fields == ["encoder.stats.sessionCount"]
 
 
 def test_any_subset_of_fields_in_any_order_and_the_aliases_in_headers() -> None:
@@ -204,8 +204,8 @@ def test_a_header_without_a_timestamp_or_an_identity_skips_its_lines_with_one_er
 
 
 def test_fields_nvdash_does_not_keep_or_derives_are_not_imported() -> None:
-    # The A100 line as nvidia-smi 545 logged it; pcie.link.gen.max and utilization.memory are not kept, and
-    # memory.free is derived on export, so not imported.
+    # The A100 line as nvidia-smi 545 logged it; pcie.link.gen.max is not kept, and memory.free is derived on
+    # export, so not imported. utilization.memory is kept: the share of time memory was read or written.
     text = [
         "timestamp, name, pci.bus_id, driver_version, pstate, pcie.link.gen.max, pcie.link.gen.current, "
         "temperature.gpu, utilization.gpu [%], utilization.memory [%], memory.total [MiB], memory.free [MiB], "
@@ -215,10 +215,11 @@ def test_fields_nvdash_does_not_keep_or_derives_are_not_imported() -> None:
     ]
     log = parse_csv(text, tz=UTC)
     (row,) = log.rows
-    assert log.ignored_fields == ["pcie.link.gen.max", "utilization.memory"]
+    assert log.ignored_fields == ["pcie.link.gen.max"]
     assert "memory.free" in log.fields
     assert row.values == {"pstate": 0, "pcie_generation_current": 4, "temperature_c": 44.0, "utilization_pct": 0.0,
-                          "memory_total_bytes": 40960 * MIB, "memory_used_bytes": 4 * MIB}
+                          "memory_utilization_pct": 0.0, "memory_total_bytes": 40960 * MIB,
+                          "memory_used_bytes": 4 * MIB}
 
 
 def test_the_enforced_limit_wins_over_the_software_limit_and_old_field_names_read() -> None:
@@ -311,8 +312,8 @@ def test_timestamps_round_to_the_nearest_millisecond() -> None:
 
 
 def test_an_unknown_field_names_the_supported_ones_on_one_line() -> None:
-    with pytest.raises(ValueError, match=r"'utilization\.memory'") as caught:
-        format_header(["timestamp", "utilization.memory"])
+    with pytest.raises(ValueError, match=r"'encoder\.stats\.sessionCount'") as caught:
+        format_header(["timestamp", "encoder.stats.sessionCount"])
     message = str(caught.value)
     assert "\n" not in message
     assert "memory.used" in message
