@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -74,3 +75,11 @@ def executor() -> Iterator[ThreadPoolExecutor]:
     """A one-thread pool, where pages run their history queries."""
     with ThreadPoolExecutor(1) as pool:
         yield pool
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port that refuses connections: bound by this test (so nothing else can take it), never listening."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]

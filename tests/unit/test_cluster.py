@@ -22,7 +22,6 @@ from nvdash.cluster.model import (
 from nvdash.cluster.poller import ClusterPoller
 from nvdash.cluster.promapi import PrometheusClient, PrometheusError
 from nvdash.health.status import Status
-from tests.conftest import free_port
 
 MIB = 1024 * 1024
 NOW = 1_800_000_000.0
@@ -163,8 +162,8 @@ def test_selectors_quote_label_values() -> None:
         history.query(["nvlink_bytes_per_s"], 0, 10)
 
 
-def test_an_unreachable_prometheus_is_one_line() -> None:
-    client = PrometheusClient(f"http://127.0.0.1:{free_port()}", timeout_s=2.0)
+def test_an_unreachable_prometheus_is_one_line(closed_port: int) -> None:
+    client = PrometheusClient(f"http://127.0.0.1:{closed_port}", timeout_s=2.0)
     with pytest.raises(PrometheusError) as raised:
         client.instant("up")
     assert str(raised.value) == f"cannot reach Prometheus at {client.url}: Connection refused"
@@ -182,8 +181,8 @@ def test_a_prometheus_that_does_not_answer_times_out() -> None:
     assert str(raised.value) == f"Prometheus at {client.url} did not answer within 0.5 s"
 
 
-def test_the_poller_keeps_the_last_answer_and_says_why_it_failed() -> None:
-    poller = ClusterPoller(PrometheusClient(f"http://127.0.0.1:{free_port()}", timeout_s=1.0))
+def test_the_poller_keeps_the_last_answer_and_says_why_it_failed(closed_port: int) -> None:
+    poller = ClusterPoller(PrometheusClient(f"http://127.0.0.1:{closed_port}", timeout_s=1.0))
     first = poller.refresh()
     assert first.error is not None
     assert "Connection refused" in first.error

@@ -12,8 +12,8 @@ from bokeh.document import Document
 from bokeh.models.widgets import Div, Select
 
 from nvdash.apps import APPS, AppSpec, Requirement
+from nvdash.apps.cluster_view import POLL_MS
 from nvdash.cluster import open_cluster
-from tests.conftest import free_port
 from tests.unit.test_apps import make_ctx
 
 
@@ -23,8 +23,8 @@ def texts(doc: Document) -> list[str]:
 
 @pytest.mark.parametrize("spec", [spec for spec in APPS if spec.requires is Requirement.PROMETHEUS],
                          ids=lambda spec: spec.route)
-def test_cluster_pages_say_prometheus_is_down_and_poll_it(spec: AppSpec) -> None:
-    cluster = open_cluster(f"http://127.0.0.1:{free_port()}", timeout_s=1.0)
+def test_cluster_pages_say_prometheus_is_down_and_poll_it(spec: AppSpec, closed_port: int) -> None:
+    cluster = open_cluster(f"http://127.0.0.1:{closed_port}", timeout_s=1.0)
     try:
         ctx = replace(make_ctx(rows=()), cluster=cluster)
         doc = Document()
@@ -32,8 +32,8 @@ def test_cluster_pages_say_prometheus_is_down_and_poll_it(spec: AppSpec) -> None
         assert doc.title == spec.title
         assert any("waiting for its first answer" in text for text in texts(doc))
         cluster.poller.refresh()  # what the poller's thread does
-        poll = doc.session_callbacks[0].callback
-        poll()
+        (poll,) = [callback for callback in doc.session_callbacks if getattr(callback, "period", None) == POLL_MS]
+        poll.callback()
         (status,) = [text for text in texts(doc) if "Prometheus" in text][:1]
         assert "Prometheus down or slow:" in status
         assert "Connection refused" in status
