@@ -15,6 +15,7 @@ from nvdash.cluster.poller import ClusterPoller
 from nvdash.cluster.promapi import PrometheusClient, PrometheusError
 from nvdash.health.status import Status
 from tests.conftest import NvdashServer, get_json, http_get, wait_for
+from tests.grafana_queries import dashboard_queries
 from tests.prometheus_cluster import IDLE_PODS, NODES, prometheus_cluster, query
 
 
@@ -143,3 +144,16 @@ def test_prometheus_refusals_are_one_line(cluster: tuple[str, dict[str, NvdashSe
     with pytest.raises(PrometheusError) as wrong:
         PrometheusClient(not_prometheus).instant("up")
     assert str(wrong.value) == f"Prometheus at {not_prometheus} refused the query: HTTP 404 Not Found"
+
+
+def test_every_grafana_dashboard_query_answers_with_series(cluster: tuple[str, dict[str, NvdashServer]]) -> None:
+    url, _servers = cluster
+    queries = dashboard_queries()
+    assert len(queries) >= 40
+    for title, promql in queries:
+        if "nvdash_process_" in promql:
+            # Per-process families need --metrics-processes, which these nodes do not run: the query still parses.
+            assert query(url, promql) == [], title
+            continue
+        rows = wait_for(lambda q=promql: query(url, q), lambda found: len(found) > 0, timeout_s=60.0)
+        assert all(row["value"][1] not in ("NaN", "+Inf", "-Inf") for row in rows), (title, promql, rows[:3])
