@@ -122,7 +122,8 @@ def _describe(runtime: Runtime) -> str:
         names = sorted({gpu.name for gpu in inventory.gpus})
         kind = f"simulated ({inventory.simulated}) " if inventory.simulated else ""
         return f"{len(inventory.gpus)} {kind}GPU{'s' if len(inventory.gpus) != 1 else ''}: {', '.join(names)}"
-    return f"no GPU ({inventory.nvml_error}); serving the machine dashboard only"
+    cluster = f" and the cluster views over {runtime.cluster.client.url}" if runtime.cluster is not None else ""
+    return f"no GPU ({inventory.nvml_error}); serving the machine dashboard{cluster} only"
 
 
 def serve(settings: Settings) -> int:
