@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -45,3 +45,13 @@ def artifact(name: str) -> Path:
     """Where a test saves a screenshot for people to look at."""
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS / name
+
+
+def open_page(browser: Browser, url: str, width: int = 1280, height: int = 900) -> tuple[Page, list[str]]:
+    """A new page on ``url``, loaded, and the list its script errors and console errors are collected in."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.goto(url, wait_until="load")
+    return page, errors

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page
 
-from tests.browser.chromium import artifact, chromium
+from tests.browser.chromium import artifact, chromium, open_page
 from tests.conftest import wait_for
 from tests.prometheus_cluster import NODES, PODS, Cluster, prometheus_cluster, query
 
@@ -62,22 +62,13 @@ def browser() -> Iterator[Browser]:
         yield running
 
 
-def _open(browser: Browser, url: str) -> tuple[Page, list[str]]:
-    page = browser.new_page(viewport={"width": 1400, "height": 1100})
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-    page.goto(url, wait_until="load")
-    return page, errors
-
-
 def _tables(page: Page) -> list[dict[str, list[object]]]:
     return list(page.evaluate(TABLES_JS))
 
 
 def test_cluster_nodes_lists_every_node_with_health_and_a_node_timeline(cluster: Cluster, browser: Browser) -> None:
     assert cluster.central is not None
-    page, errors = _open(browser, cluster.central.url + "/Cluster-Nodes?node=node-c&range=30m")
+    page, errors = open_page(browser, cluster.central.url + "/Cluster-Nodes?node=node-c&range=30m", 1400, 1100)
     try:
         page.get_by_text("3 nodes, 12 GPUs").wait_for(timeout=60_000)
         nodes = wait_for(lambda: next((t for t in _tables(page) if "problems" in t), {}),
@@ -109,7 +100,7 @@ def test_cluster_nodes_lists_every_node_with_health_and_a_node_timeline(cluster:
 
 def test_cluster_pods_lists_pods_idle_allocations_and_namespace_totals(cluster: Cluster, browser: Browser) -> None:
     assert cluster.central is not None
-    page, errors = _open(browser, cluster.central.url + "/Cluster-Pods")
+    page, errors = open_page(browser, cluster.central.url + "/Cluster-Pods", 1400, 1100)
     try:
         page.get_by_text("6 pods hold 9 GPU devices on 3 nodes").wait_for(timeout=60_000)
         tables = wait_for(lambda: _tables(page), lambda found: len(found) == 3 and len(found[0].get("pod", [])) == 9,

@@ -7,10 +7,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Browser
 
 from nvdash.apps.timelines import BANDS_NAME
-from tests.browser.chromium import artifact, chromium
+from tests.browser.chromium import artifact, chromium, open_page
 from tests.conftest import NvdashServer, nvdash_server
 from tests.history_week import GAP, WEEK_S, write_week
 
@@ -49,19 +49,10 @@ def browser() -> Iterator[Browser]:
         yield running
 
 
-def _open(browser: Browser, url: str) -> tuple[Page, list[str]]:
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-    page.goto(url, wait_until="load")
-    return page, errors
-
-
 def test_seven_days_of_eight_gpus_render_with_bands_and_the_gap(week_server: tuple[NvdashServer, float],
                                                                 browser: Browser) -> None:
     server, end = week_server
-    page, errors = _open(browser, server.url + "/GPU-Resources?range=7d")
+    page, errors = open_page(browser, server.url + "/GPU-Resources?range=7d")
     try:
         page.get_by_text("last 7 d · 10 min buckets").wait_for(timeout=30_000)
         page.wait_for_selector("canvas", state="attached", timeout=20_000)
@@ -105,7 +96,7 @@ def test_a_custom_range_from_the_url_renders_on_gpu_details(week_server: tuple[N
                                                             browser: Browser) -> None:
     server, end = week_server
     start_s, end_s = int(end - 2 * 86_400), int(end - 86_400)
-    page, errors = _open(browser, f"{server.url}/GPU-Details?gpu=3&from={start_s}&to={end_s}")
+    page, errors = open_page(browser, f"{server.url}/GPU-Details?gpu=3&from={start_s}&to={end_s}")
     try:
         page.get_by_text("buckets · band: min").wait_for(timeout=30_000)
         page.wait_for_selector("canvas", state="attached", timeout=20_000)
