@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from bokeh.document import Document
 from bokeh.layouts import column, gridplot, row
-from bokeh.models import ColumnDataSource, CustomJS, FactorRange, HoverTool, Line, Range1d
-from bokeh.models.annotations import LegendItem
+from bokeh.models import ColumnDataSource, CustomJS, FactorRange, HoverTool, Range1d
 from bokeh.models.renderers import GlyphRenderer
 from bokeh.models.widgets import Div, Select, TableColumn
 from bokeh.plotting import figure
@@ -43,7 +42,17 @@ from nvdash.apps.figures import (
 )
 from nvdash.apps.theme import apply_theme, request_arguments
 from nvdash.apps.time_range import CUSTOM, TimeRangeControl, query_values
-from nvdash.apps.timelines import HistoryLayers, Series, align, history_data, show_dates_on_long_ranges
+from nvdash.apps.timelines import (
+    HistoryLayers,
+    Panel,
+    Series,
+    add_series_lines,
+    align,
+    all_series,
+    history_data,
+    history_metrics,
+    show_dates_on_long_ranges,
+)
 from nvdash.cluster import ClusterRuntime
 from nvdash.cluster.history import PrometheusHistory
 from nvdash.cluster.model import ClusterGpu, ClusterState
@@ -68,25 +77,20 @@ window.history.replaceState(window.history.state, "", url.toString());
 """Keeps the page's URL on the chosen node, so a bookmark reopens it."""
 
 
-@dataclasses.dataclass(frozen=True)
-class NodePanel:
-    """One timeline of a node: what it shows and from which history metric."""
+def node_panels(gpus: Sequence[ClusterGpu]) -> list[Panel]:
+    """Utilization, memory, power and temperature, each with a line per GPU of the node (read from Prometheus for
+    a past range; nothing live)."""
+    def lines(metric: str) -> tuple[Series, ...]:
+        return tuple(Series(f"{metric}/{gpu.index}", f"GPU {gpu.index}", f"{gpu.index}: {gpu.model}",
+                            gpu_color(gpu.index), lambda _snapshot: None, gpu.index, metric=metric) for gpu in gpus)
 
-    title: str
-    label: str
-    unit: Unit
-    metric: str
-    y_max: float | None = None
-
-
-def node_panels(gpus: Sequence[ClusterGpu]) -> list[NodePanel]:
-    """Utilization, memory, power and temperature, each with a line per GPU of the node."""
     totals = [gpu.memory_total_bytes for gpu in gpus if gpu.memory_total_bytes is not None]
     return [
-        NodePanel("Utilization", "utilization", Unit.PCT, "utilization_pct", 100.0),
-        NodePanel("Memory used", "memory used", Unit.BYTES, "memory_used_bytes", max(totals) if totals else None),
-        NodePanel("Power", "power", Unit.WATTS, "power_w"),
-        NodePanel("Temperature", "temperature", Unit.CELSIUS, "temperature_c"),
+        Panel("Utilization", "utilization", Unit.PCT, lines("utilization_pct"), 100.0, value="utilization"),
+        Panel("Memory used", "memory used", Unit.BYTES, lines("memory_used_bytes"), max(totals) if totals else None,
+              value="used"),
+        Panel("Power", "power", Unit.WATTS, lines("power_w"), value="power"),
+        Panel("Temperature", "temperature", Unit.CELSIUS, lines("temperature_c"), value="temperature"),
     ]
 
 
@@ -162,7 +166,7 @@ class NodeTimelines:
         self.holder = holder
         self.x_range = x_range
         self.gpus: tuple[tuple[int, str], ...] = ()
-        self.series: list[Series] = []
+        self.panels: list[Panel] = []
         self.source = ColumnDataSource(data={"time": np.zeros(0)})
         self.layers = HistoryLayers([])
 
@@ -177,41 +181,26 @@ class NodeTimelines:
         return True
 
     def _build(self, gpus: Sequence[ClusterGpu]) -> Any:
-        panels = node_panels(gpus)
-        self.series = []
-        self.source = ColumnDataSource(data={"time": np.zeros(0)})
+        self.panels = node_panels(gpus)
+        self.source = ColumnDataSource(data=history_data(np.zeros(0), {}, self.panels))
         plots = []
-        figures: list[figure] = []
-        for panel in panels:
-            fig = timeline_figure(panel.title, panel.label, panel.unit, self.x_range, panel.y_max)
+        for number, panel in enumerate(self.panels):
+            fig = timeline_figure(panel.title, panel.y_label, panel.unit, self.x_range, panel.y_max)
             show_dates_on_long_ranges(fig)
-            series = [Series(f"{panel.metric}/{gpu.index}", f"GPU {gpu.index}", f"{gpu.index}: {gpu.model}",
-                             gpu_color(gpu.index), lambda _snapshot: None, gpu.index, metric=panel.metric)
-                      for gpu in gpus]
-            self.series += series
-            lines: list[GlyphRenderer[Any]] = []
-            for item in series:
-                self.source.data[item.key] = np.zeros(0)
-                lines.append(fig.add_glyph(self.source, Line(x="time", y=item.key, line_color=item.color,
-                                                             line_width=2), name=item.key, nonselection_glyph=None,
-                                           muted_glyph=None))
-            if not figures:
-                items: list[LegendItem] = [legend_item(item.legend, line) for item, line in zip(series, lines,
-                                                                                                  strict=True)]
-                add_legend_above(fig, items)
-            add_timeline_hover(fig, lines, {item.key: item.description for item in series}, what="GPU",
-                               value=panel.label, unit=panel.unit)
-            plots.append((fig, series, lines))
-            figures.append(fig)
+            lines = add_series_lines(fig, self.source, panel.series)
+            if number == 0:
+                add_legend_above(fig, [legend_item(item.legend, line)
+                                       for item, line in zip(panel.series, lines, strict=True)])
+            add_timeline_hover(fig, lines, {item.key: item.description for item in panel.series}, what="GPU",
+                               value=panel.value, unit=panel.unit)
+            plots.append((fig, panel.series, lines))
         self.layers = HistoryLayers(plots)
         self.layers.prepare()
-        if not figures:
-            return Div(text="")
-        return gridplot([[fig] for fig in figures], sizing_mode="stretch_both", merge_tools=True,
+        return gridplot([[fig] for fig, _series, _lines in plots], sizing_mode="stretch_both", merge_tools=True,
                         toolbar_location="right")
 
     def history_request(self) -> tuple[list[str], list[int] | None]:
-        return list(dict.fromkeys(item.metric for item in self.series if item.metric)), None
+        return history_metrics(all_series(self.panels)), None
 
     def show_live(self) -> None:
         """Never: the cluster's readings are all past ones."""
@@ -220,12 +209,8 @@ class NodeTimelines:
         self.layers.prepare()
 
     def show_history(self, result: HistoryResult) -> None:
-        times, aligned = align(result, self.series, edges=True)
-        panels_data = history_data(times, aligned, [])
-        for item in self.series:
-            held = aligned.get(item.key)
-            panels_data[item.key] = held.mean if held is not None else np.full(len(times), math.nan)
-        self.source.data = panels_data
+        times, aligned = align(result, all_series(self.panels), edges=True)
+        self.source.data = history_data(times, aligned, self.panels)
         self.layers.show(times, aligned, result)
 
 
