@@ -113,6 +113,7 @@ def render_index(
             live_samples=f"{live_samples} samples",
             history=history,
             replay=replay,
+            cluster=cluster,
         )
     )
 
