@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from nvdash.apps.shared_ticks import TickCache
 from nvdash.history.query import HistoryBackend
 from nvdash.store import Store
 
@@ -33,6 +34,8 @@ class AppContext:
     """True for a page with no live readings of its own (the cluster's, read from Prometheus)."""
     cluster: ClusterRuntime | None = None
     """The cluster over Prometheus (``--prometheus``); ``None`` when not asked for."""
+    ticks: TickCache = field(default_factory=TickCache, compare=False)
+    """Per-tick results shared by every session of a route (see :mod:`nvdash.apps.shared_ticks`)."""
 
     @property
     def live_readings(self) -> bool:

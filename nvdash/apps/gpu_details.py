@@ -31,8 +31,9 @@ from nvdash.apps.figures import (
     timeline_figure,
     timeline_range,
 )
-from nvdash.apps.live import Follower, follow, pause_toggle
+from nvdash.apps.live import Follower, follow, pause_toggle, streamable
 from nvdash.apps.rows import FloatArray, gpu_reading, gpu_value, nan_if_none
+from nvdash.apps.shared_ticks import TickCache
 from nvdash.apps.theme import apply_theme, request_arguments
 from nvdash.apps.time_range import TimeRangeControl
 from nvdash.apps.timelines import (
@@ -228,8 +229,10 @@ class DetailsView:
     Live, it streams the store's rows; for a past range (its ``control``) it shows the history's buckets.
     """
 
-    def __init__(self, store: Store, info: GpuInfo, interval_s: float, dark: bool) -> None:
+    def __init__(self, store: Store, info: GpuInfo, interval_s: float, dark: bool,
+                 ticks: TickCache | None = None) -> None:
         self.store = store
+        self.ticks = ticks if ticks is not None else TickCache(capacity=4)
         self.info = info
         self.panels = detail_panels(info)
         rows, self.seq = store.since(0)
@@ -281,7 +284,8 @@ class DetailsView:
     def on_rows(self, rows: Sequence[Snapshot]) -> None:
         """Stream the new rows (Live only), keeping as many as the store does; the header always follows."""
         if self.following:
-            self.source.stream(self.data(rows), rollover=self.store.capacity)
+            data = self.ticks.rows(("GPU details", self.info.uuid), rows, lambda new: streamable(self.data(new)))
+            self.source.stream(data, rollover=self.store.capacity)
         self.show(rows[-1])
 
     def switch(self, info: GpuInfo) -> None:
@@ -345,7 +349,7 @@ def build(doc: Document, ctx: AppContext) -> None:
         _no_gpu(doc, ctx, dark)
         return
     by_index = {gpu.index: gpu for gpu in gpus}
-    view = DetailsView(ctx.store, by_index[index], ctx.interval_s, dark)
+    view = DetailsView(ctx.store, by_index[index], ctx.interval_s, dark, ctx.ticks)
     if ctx.history is not None:
         view.prepare_history()  # with the page: adding renderers to a shown page costs the browser a second
     options: list[str | tuple[Any, str]] = [(str(gpu.index), f"GPU {gpu.index}: {gpu.name}") for gpu in gpus]

@@ -43,8 +43,9 @@ from nvdash.apps.figures import (
     timeline_figure,
     timeline_range,
 )
-from nvdash.apps.live import period_ms
+from nvdash.apps.live import period_ms, streamable
 from nvdash.apps.rows import FloatArray, gpu_sample, time_ms
+from nvdash.apps.shared_ticks import TickCache
 from nvdash.apps.theme import apply_theme
 from nvdash.apps.time_range import TimeRangeControl
 from nvdash.health.hints import Hint, bottleneck_hints
@@ -284,8 +285,10 @@ def _history_figure(inventory: Inventory, source: ColumnDataSource, interval_s: 
 class HealthView:
     """The page's live parts and what it last showed; ``poll`` is the document's one periodic callback."""
 
-    def __init__(self, store: Store, dark: bool, interval_s: float = 1.0) -> None:
+    def __init__(self, store: Store, dark: bool, interval_s: float = 1.0, ticks: TickCache | None = None) -> None:
         self.store = store
+        self.ticks = ticks if ticks is not None else TickCache(capacity=4)
+        """The strip's new columns and the status, computed once per tick for every open page."""
         style: dict[str, str | None] = {"color": text_color(dark)}
         rows, self.history_seq = store.since(0)
         self.history = ColumnDataSource(data=history_columns(store.inventory, rows))
@@ -342,11 +345,13 @@ class HealthView:
         inventory = store.inventory
         new_rows, self.history_seq = store.since(self.history_seq)
         if new_rows and self.past_events is None:
-            self.history.stream(history_columns(inventory, new_rows), rollover=store.capacity)
+            strip = self.ticks.rows("health strip", new_rows, lambda rows: streamable(history_columns(inventory, rows)))
+            self.history.stream(strip, rollover=store.capacity)
         latest = store.latest()
         now = latest.time_s if latest is not None else time.time()
         events = store.events()
-        text = status_html(inventory, evaluate(inventory, latest, events, now))
+        text = self.ticks.latest(("health status", event_seq), latest,
+                                 lambda newest: status_html(inventory, evaluate(inventory, newest, events, now)))
         if text != self.status.text:
             self.status.text = text
         if event_seq != self.event_seq and self.past_events is None:
@@ -374,7 +379,7 @@ def _heading(text: str, dark: bool, width: int | None = None) -> Div:
 def build(doc: Document, ctx: AppContext) -> None:
     """Status, hints and events, filled now and refreshed by one periodic callback."""
     dark = apply_theme(doc)
-    view = HealthView(ctx.store, dark, ctx.interval_s)
+    view = HealthView(ctx.store, dark, ctx.interval_s, ctx.ticks)
     view.poll()
     doc.add_periodic_callback(view.poll, period_ms(ctx))
     view.control = TimeRangeControl(doc, ctx, view, view.history_figure.x_range, dark=dark)

@@ -55,7 +55,7 @@ def build(doc: Document, ctx: AppContext) -> None:
     """Bars of the newest utilization, patched as new snapshots arrive."""
     dark = apply_theme(doc)
     gpus = ctx.store.inventory.gpus
-    source = follow_latest(doc, ctx, lambda snapshot: columns(gpus, snapshot))
+    source = follow_latest(doc, ctx, lambda snapshot: columns(gpus, snapshot), share="GPU utilization bars")
     fig = bar_figure("GPU utilization", [gpu_label(gpu) for gpu in gpus], value_label="utilization",
                      unit=Unit.PCT, maximum=100.0, vertical=True)
     bars = fig.vbar(x="gpu", top="bar", width=0.8, source=source, line_color=None,

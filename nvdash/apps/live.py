@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+import numpy as np
 from bokeh.document import Document
 from bokeh.models import ColumnDataSource
 from bokeh.models.widgets import Toggle
 
+from nvdash.apps.backpressure import viewers_ready
 from nvdash.apps.context import AppContext
 from nvdash.sampling.records import Snapshot
 from nvdash.store import Store
@@ -23,18 +25,23 @@ RESUME_LABEL = "Resume"
 class Follower:
     """Remembers the last sequence number a document has seen and hands on what came after it.
 
-    While ``pause`` is active nothing is read; the store keeps the rows, so resuming catches up.
+    While ``pause`` is active nothing is read; the store keeps the rows, so resuming catches up. So it is while
+    ``doc`` has no viewer that takes updates (:func:`~nvdash.apps.backpressure.viewers_ready`).
     """
 
-    def __init__(self, store: Store, seq: int, on_rows: RowsHandler, pause: Toggle | None = None) -> None:
+    def __init__(self, store: Store, seq: int, on_rows: RowsHandler, pause: Toggle | None = None,
+                 doc: Document | None = None) -> None:
         self.store = store
         self.seq = seq
         self.on_rows = on_rows
         self.pause = pause
+        self.doc = doc
 
     def poll(self) -> None:
         """Push the rows newer than the last seen; do nothing when paused or when nothing is new."""
         if self.pause is not None and self.pause.active:
+            return
+        if self.doc is not None and not viewers_ready(self.doc):
             return
         rows, self.seq = self.store.since(self.seq)
         if rows:
@@ -57,7 +64,7 @@ def follow(
     doc: Document, ctx: AppContext, seq: int, on_rows: RowsHandler, pause: Toggle | None = None
 ) -> Follower:
     """Register the document's one periodic callback, starting after sequence number ``seq``."""
-    follower = Follower(ctx.store, seq, on_rows, pause)
+    follower = Follower(ctx.store, seq, on_rows, pause, doc)
     doc.add_periodic_callback(follower.poll, period_ms(ctx))
     if pause is not None:
         pause.on_change("active", follower.toggled)
@@ -85,6 +92,20 @@ def _same(old: Sequence[Any], new: Sequence[Any]) -> bool:
     return len(old) == len(new) and all(_same_value(a, b) for a, b in zip(old, new, strict=True))
 
 
+SMALL_STREAM_ROWS = 64
+"""Up to this many new rows are sent as plain lists: inline in the message's JSON. A numpy column is sent as a
+binary buffer of its own (two websocket frames and a reference per column), which for a row or two costs the
+server, the network and the browser several times what the values do (``benchmarks/viewers.py``)."""
+
+
+def streamable(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with short numpy columns turned into lists (see :data:`SMALL_STREAM_ROWS`); long ones kept."""
+    return {
+        name: values.tolist() if isinstance(values, np.ndarray) and len(values) <= SMALL_STREAM_ROWS else values
+        for name, values in data.items()
+    }
+
+
 def patch_changed(source: ColumnDataSource, data: dict[str, list[Any]]) -> None:
     """Patch, in one message, only the columns whose values changed (NaN equals NaN)."""
     patches = {
@@ -97,10 +118,14 @@ def patch_changed(source: ColumnDataSource, data: dict[str, list[Any]]) -> None:
 
 
 def follow_latest(
-    doc: Document, ctx: AppContext, columns: Callable[[Snapshot | None], dict[str, list[Any]]]
+    doc: Document, ctx: AppContext, columns: Callable[[Snapshot | None], dict[str, list[Any]]], share: Hashable
 ) -> ColumnDataSource:
-    """A bar-chart source filled from the newest snapshot and patched with each newer one."""
+    """A bar-chart source filled from the newest snapshot and patched with each newer one.
+
+    ``share`` names the computation: every session asking with the same name gets the columns of a snapshot
+    computed once (so ``columns`` must depend on nothing but the snapshot and what the name says).
+    """
     snapshot, seq = latest(ctx.store)
-    source = ColumnDataSource(data=columns(snapshot))
-    follow(doc, ctx, seq, lambda rows: patch_changed(source, columns(rows[-1])))
+    source = ColumnDataSource(data=ctx.ticks.latest(share, snapshot, columns))
+    follow(doc, ctx, seq, lambda rows: patch_changed(source, ctx.ticks.latest(share, rows[-1], columns)))
     return source

@@ -85,7 +85,8 @@ def build_throughput(
     """Grouped TX/RX bars per GPU over a pale bar at the GPU's own link maximum."""
     dark = apply_theme(doc)
     maxima = [maximum(gpu) for gpu in gpus]
-    source = follow_latest(doc, ctx, lambda snapshot: columns(gpus, maxima, snapshot, tx, rx, partial=partial))
+    source = follow_latest(doc, ctx, lambda snapshot: columns(gpus, maxima, snapshot, tx, rx, partial=partial),
+                           share=("throughput bars", title))
     fig = bar_figure(f"{title} per direction (pale bar: each GPU's link maximum)",
                      [gpu_label(gpu) for gpu in gpus], value_label="rate", unit=Unit.RATE,
                      maximum=largest(maxima), vertical=True)

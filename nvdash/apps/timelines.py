@@ -4,7 +4,7 @@ the time range control, a past range from the history (bucket means as lines ove
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +31,9 @@ from nvdash.apps.figures import (
     timeline_figure,
     timeline_range,
 )
-from nvdash.apps.live import Follower, follow, pause_toggle
+from nvdash.apps.live import Follower, follow, pause_toggle, streamable
 from nvdash.apps.rows import FloatArray, column, gpu_sample, gpu_value, time_ms
+from nvdash.apps.shared_ticks import TickCache
 from nvdash.apps.theme import apply_theme
 from nvdash.apps.time_range import TimeRangeControl
 from nvdash.history.query import HistoryResult
@@ -323,9 +324,12 @@ class TimelineView:
     """A page's shared line source: live from the store, or a past range for its time range control."""
 
     def __init__(self, store: Store, panels: Sequence[Panel], source: ColumnDataSource, layers: HistoryLayers,
-                 legends: _LostLegends) -> None:
+                 legends: _LostLegends, *, ticks: TickCache | None = None, name: Hashable = "") -> None:
         self.store = store
         self.panels = panels
+        self.ticks = ticks if ticks is not None else TickCache(capacity=4)
+        self.name = (name, tuple(item.key for item in all_series(panels)))
+        """What the streamed columns are computed from besides the rows: shared by the route's sessions."""
         self.source = source
         self.layers = layers
         self.legends = legends
@@ -340,7 +344,8 @@ class TimelineView:
     def on_rows(self, new: Sequence[Snapshot]) -> None:
         """Stream the new rows in Live; the legends follow the newest reading either way."""
         if self.following:
-            self.source.stream(timeline_data(new, self.panels), rollover=self.store.capacity)
+            data = self.ticks.rows(self.name, new, lambda rows: streamable(timeline_data(rows, self.panels)))
+            self.source.stream(data, rollover=self.store.capacity)
         self.legends.update(new[-1])
 
     def history_request(self) -> tuple[list[str], list[int] | None]:
@@ -411,7 +416,7 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
     if ctx.history is not None:
         # Made with the page: adding them to a shown page later costs the browser about a second.
         layers.prepare()
-    view = TimelineView(ctx.store, panels, source, layers, legends)
+    view = TimelineView(ctx.store, panels, source, layers, legends, ticks=ctx.ticks, name=title)
     pause = pause_toggle()
     view.control = TimeRangeControl(doc, ctx, view, x_range, pause=pause, dark=dark)
     view.follower = follow(doc, ctx, seq, view.on_rows, pause)
