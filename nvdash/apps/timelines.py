@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 from bokeh.core.properties import value
 from bokeh.document import Document
-from bokeh.layouts import gridplot, row
+from bokeh.layouts import row
 from bokeh.models import ColumnDataSource, CustomJSTickFormatter, Line, Patch
 from bokeh.models.annotations import LegendItem
 from bokeh.models.renderers import DataRenderer, GlyphRenderer
@@ -34,6 +35,7 @@ from nvdash.apps.figures import (
 from nvdash.apps.live import Follower, follow, pause_toggle, streamable
 from nvdash.apps.rows import FloatArray, column, gpu_sample, gpu_value, time_ms
 from nvdash.apps.shared_ticks import TickCache
+from nvdash.apps.stages import Stage, StagedGrid, run_in_stages
 from nvdash.apps.theme import apply_theme
 from nvdash.apps.time_range import TimeRangeControl
 from nvdash.history.query import HistoryResult
@@ -218,42 +220,64 @@ class HistoryLayers:
     per run of buckets), far cheaper for the browser to draw than a block per bucket.
     """
 
-    def __init__(self, plots: Sequence[tuple[figure, Sequence[Series], Sequence[GlyphRenderer[Any]]]]) -> None:
-        self.plots = [(fig, series, lines) for fig, series, lines in plots if series]
-        self.keys = [item.key for _, series, _ in self.plots for item in series if item.metric is not None]
+    def __init__(self, plots: Sequence[tuple[figure, Sequence[Series], Sequence[GlyphRenderer[Any]]]] = ()) -> None:
+        self.plots: list[tuple[figure, Sequence[Series], Sequence[GlyphRenderer[Any]]]] = []
+        self.keys: list[str] = []
         self.bands: ColumnDataSource | None = None
         self.ends: ColumnDataSource | None = None
         self.pairs: list[tuple[GlyphRenderer[Any], GlyphRenderer[Any]]] = []
         """Each band with its line; bands are hidden in Live, so the browser skips them while streaming."""
+        for fig, series, lines in plots:
+            self._record(fig, series, lines)
 
-    def _empty(self) -> DataDict:
+    def _record(self, fig: figure, series: Sequence[Series], lines: Sequence[GlyphRenderer[Any]]) -> list[str]:
+        if not series:
+            return []
+        self.plots.append((fig, series, lines))
+        keys = [item.key for item in series if item.metric is not None]
+        self.keys += keys
+        return keys
+
+    def _empty(self, keys: Sequence[str], size: int = 0) -> DataDict:
         data: DataDict = {}
-        for key in self.keys:
-            data[key + BAND_X] = _nan(0)
-            data[key + BAND_Y] = _nan(0)
+        for key in keys:
+            data[key + BAND_X] = _nan(size)
+            data[key + BAND_Y] = _nan(size)
         return data
 
+    def _make_bands(self, fig: figure, series: Sequence[Series], lines: Sequence[GlyphRenderer[Any]],
+                    bands: ColumnDataSource, ends: ColumnDataSource) -> None:
+        made: list[GlyphRenderer[Any]] = []
+        for item, line in zip(series, lines, strict=True):
+            if item.metric is None:
+                continue
+            glyph = Patch(x=item.key + BAND_X, y=item.key + BAND_Y, fill_color=item.color,
+                          fill_alpha=BAND_ALPHA, line_color=None)
+            band = GlyphRenderer(data_source=bands, glyph=glyph, name=item.key + " band", visible=False,
+                                 nonselection_glyph=None, muted_glyph=None)
+            line.js_link("visible", band, "visible")  # hidden with its line from the legend
+            made.append(band)
+            self.pairs.append((band, line))
+        # One change of each plot's renderers (the browser rebuilds a plot's views on every change).
+        fig.renderers = [*made, *fig.renderers]
+        if fig is self.plots[0][0]:
+            fig.add_glyph(ends, Line(x="time", y="zero", line_alpha=0.0), name=ENDS_NAME,
+                          nonselection_glyph=None, muted_glyph=None)
+
     def _make(self) -> tuple[ColumnDataSource, ColumnDataSource]:
-        bands = ColumnDataSource(data=self._empty(), name=BANDS_NAME)
+        bands = ColumnDataSource(data=self._empty(self.keys), name=BANDS_NAME)
         ends = ColumnDataSource(data={"time": _nan(0), "zero": _nan(0)}, name=ENDS_NAME)
         for fig, series, lines in self.plots:
-            made: list[GlyphRenderer[Any]] = []
-            for item, line in zip(series, lines, strict=True):
-                if item.metric is None:
-                    continue
-                glyph = Patch(x=item.key + BAND_X, y=item.key + BAND_Y, fill_color=item.color,
-                              fill_alpha=BAND_ALPHA, line_color=None)
-                band = GlyphRenderer(data_source=bands, glyph=glyph, name=item.key + " band", visible=False,
-                                     nonselection_glyph=None, muted_glyph=None)
-                line.js_link("visible", band, "visible")  # hidden with its line from the legend
-                made.append(band)
-                self.pairs.append((band, line))
-            # One change of each plot's renderers (the browser rebuilds a plot's views on every change).
-            fig.renderers = [*made, *fig.renderers]
-        if self.plots:
-            self.plots[0][0].add_glyph(ends, Line(x="time", y="zero", line_alpha=0.0), name=ENDS_NAME,
-                                       nonselection_glyph=None, muted_glyph=None)
+            self._make_bands(fig, series, lines, bands, ends)
         return bands, ends
+
+    def add(self, fig: figure, series: Sequence[Series], lines: Sequence[GlyphRenderer[Any]]) -> None:
+        """A plot added to the page after the layers were made (a page built in stages gets its bands with it)."""
+        keys = self._record(fig, series, lines)
+        if self.bands is not None and self.ends is not None and series:
+            size = len(next(iter(self.bands.data.values()), ()))
+            self.bands.data.update(self._empty(keys, size))
+            self._make_bands(fig, series, lines, self.bands, self.ends)
 
     def prepare(self) -> tuple[ColumnDataSource, ColumnDataSource]:
         """The band and range-end sources, made now if not yet (a page opening on a past range makes them while
@@ -288,7 +312,7 @@ class HistoryLayers:
     def clear(self) -> None:
         """Nothing drawn (Live)."""
         if self.bands is not None and self.ends is not None:
-            self.bands.data = self._empty()
+            self.bands.data = self._empty(self.keys)
             for band, _line in self.pairs:
                 band.visible = False
             self.ends.data = {"time": _nan(0), "zero": _nan(0)}
@@ -396,23 +420,15 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
 
     A legend is shown once per label, above the first plot that has it (the GPUs' above the first plot);
     clicking an entry hides that series in every plot. A panel with a single new host series has none.
-    A time range control above the plots switches between Live and a past range.
+    A time range control above the plots switches between Live and a past range. On a server the page is
+    built in stages (:mod:`nvdash.apps.stages`): its frame and data first, then a plot per turn of the event loop.
     """
     dark = apply_theme(doc)
     rows, seq = ctx.store.since(0)
     source = ColumnDataSource(data=timeline_data(rows, panels))
     x_range = timeline_range()
     legends = _LostLegends()
-    items: dict[str, LegendItem] = {}
-    figures = []
-    plots = []
-    for panel in panels:
-        fig = timeline_figure(panel.title, panel.y_label, panel.unit, x_range, panel.y_max)
-        show_dates_on_long_ranges(fig)
-        plots.append((fig, panel.series, _add_plot(fig, panel, source, items, legends)))
-        figures.append(fig)
-    legends.update(rows[-1] if rows else None)
-    layers = HistoryLayers(plots)
+    layers = HistoryLayers()
     if ctx.history is not None:
         # Made with the page: adding them to a shown page later costs the browser about a second.
         layers.prepare()
@@ -420,8 +436,23 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
     pause = pause_toggle()
     view.control = TimeRangeControl(doc, ctx, view, x_range, pause=pause, dark=dark)
     view.follower = follow(doc, ctx, seq, view.on_rows, pause)
-    grid = gridplot([[fig] for fig in figures], sizing_mode="stretch_both", merge_tools=True,
-                    toolbar_location="right")
-    add_page(doc, title, row(*view.control.widgets(), sizing_mode="stretch_width"), grid, dark=dark)
-    view.control.open()
+    grid = StagedGrid()
+    add_page(doc, title, row(*view.control.widgets(), sizing_mode="stretch_width"), grid.plot, dark=dark)
+    items: dict[str, LegendItem] = {}
+
+    def add_panel(panel: Panel) -> None:
+        fig = timeline_figure(panel.title, panel.y_label, panel.unit, x_range, panel.y_max)
+        show_dates_on_long_ranges(fig)
+        lines = _add_plot(fig, panel, source, items, legends)
+        layers.add(fig, panel.series, lines)
+        grid.add(fig)
+
+    def finish() -> None:
+        grid.finish()
+        legends.update(ctx.store.latest())
+        if view.control is not None:
+            view.control.open()
+
+    stages: list[Stage] = [partial(add_panel, panel) for panel in panels]
+    run_in_stages(doc, [*stages, finish], staged=ctx.staged_builds)
     return source

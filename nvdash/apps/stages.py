@@ -1,0 +1,94 @@
+"""Building a heavy page in stages, so opening it never holds the server's event loop for long.
+
+Bokeh builds a session's document and serializes it for the browser on the event loop, where every other open
+pane's updates wait meanwhile. A page of many plots (GPU Resources: four plots of eight lines) took 150-330 ms
+there (``benchmarks/open_stall.py``). Built in stages, the page's frame (title, controls, the data source) goes
+out first, then one plot per turn of the event loop, each sent to the browser as a patch of its own models.
+
+The stages start once a viewer is connected: run earlier, they would all be in the one document the browser
+pulls, serialized in one piece. Without a server (tests, benchmarks) they run at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from bokeh.document import Document
+from bokeh.layouts import group_tools
+from bokeh.models import CopyTool, ExamineTool, FullscreenTool, GridPlot, Plot, SaveTool, Tool, Toolbar, ToolProxy
+
+Stage = Callable[[], None]
+
+CONNECTION_POLL_MS = 20
+"""How often a page waits for its viewer's websocket before its stages start."""
+CONNECTION_WAIT_POLLS = 250
+"""After this many polls (5 s) without a viewer the stages run anyway."""
+
+
+def _connected(doc: Document) -> bool | None:
+    """Whether a viewer's websocket is subscribed to ``doc``'s session; ``None`` when that cannot be told."""
+    context = doc.session_context
+    session = getattr(context, "_session", None)
+    if session is None:
+        return False if context is not None else None
+    count = getattr(session, "connection_count", None)
+    return None if count is None else count > 0
+
+
+def run_in_stages(doc: Document, stages: Sequence[Stage], *, staged: bool) -> None:
+    """Run ``stages`` in order: all now unless ``staged``; else one per event-loop turn once a viewer is there."""
+    if not staged or doc.session_context is None:
+        for stage in stages:
+            stage()
+        return
+    pending = list(stages)
+    polls = [0]
+
+    def next_stage() -> None:
+        if pending:
+            pending.pop(0)()
+        if pending:
+            doc.add_next_tick_callback(next_stage)
+
+    def wait_for_viewer() -> None:
+        polls[0] += 1
+        if _connected(doc) is False and polls[0] < CONNECTION_WAIT_POLLS:
+            doc.add_timeout_callback(wait_for_viewer, CONNECTION_POLL_MS)
+        else:
+            next_stage()
+
+    doc.add_timeout_callback(wait_for_viewer, CONNECTION_POLL_MS)
+
+
+def _merge(cls: type[Tool], group: list[Tool]) -> Tool | ToolProxy | None:
+    """As ``bokeh.layouts.gridplot`` merges: one fresh tool for those that act on the whole grid."""
+    if issubclass(cls, (SaveTool, CopyTool, ExamineTool, FullscreenTool)):
+        return cls()
+    return None
+
+
+class StagedGrid:
+    """A one-column grid of plots under one merged toolbar, like ``gridplot(..., merge_tools=True)``, whose plots
+    are added one at a time; :meth:`finish` merges their tools once all are in."""
+
+    def __init__(self) -> None:
+        self.figures: list[Plot] = []
+        self.plot = GridPlot(children=[], toolbar=Toolbar(logo=None), toolbar_location="right",
+                             sizing_mode="stretch_both")
+
+    def add(self, fig: Plot) -> None:
+        """Append ``fig`` as the grid's next row (its own tools work meanwhile; its toolbar is not shown)."""
+        fig.toolbar_location = None
+        self.plot.children = [*self.plot.children, (fig, len(self.figures), 0)]
+        self.figures.append(fig)
+
+    def finish(self) -> None:
+        """The plots' tools merged into the grid's toolbar (a proxy per kind acts on every plot)."""
+        tools: list[Tool | ToolProxy] = [tool for fig in self.figures for tool in fig.toolbar.tools]
+        merged = group_tools(tools, merge=_merge)
+        drag = self.figures[0].toolbar.active_drag if self.figures else None
+        if isinstance(drag, Tool):
+            for proxy in merged:
+                if isinstance(proxy, ToolProxy) and drag in proxy.tools:
+                    self.plot.toolbar.active_drag = proxy
+        self.plot.toolbar.tools = merged

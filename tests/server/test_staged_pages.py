@@ -1,0 +1,40 @@
+"""A heavy page reaches its viewer in stages: the frame and data first, then a plot per turn of the event loop."""
+
+from __future__ import annotations
+
+from bokeh.models import ColumnDataSource, GridPlot, Plot, ToolProxy
+
+from tests.conftest import nvdash_server, wait_for
+from tests.server.bokeh_viewer import open_session, receive_for
+
+TITLES = ["Utilization", "Memory used", "PCIe throughput (TX + RX)", "NVLink throughput (TX + RX)"]
+
+
+def test_gpu_resources_arrives_whole_with_one_merged_toolbar() -> None:
+    with nvdash_server(["--simulate", "dgx-h100", "--interval", "0.5", "--no-history"]) as server:
+        session = open_session(server.url, "/GPU-Resources")
+        try:
+            (grid,) = session.document.select({"type": GridPlot})
+            (source,) = [s for s in session.document.select({"type": ColumnDataSource}) if "util/0" in s.data]
+            assert len(source.data["time"]) >= 1  # the data comes with the frame
+
+            def state() -> tuple[list[str], int]:
+                receive_for(session, 0.2)
+                plots = [child[0] for child in grid.children]
+                titles = [plot.title.text for plot in plots if isinstance(plot, Plot)]
+                return titles, len(grid.toolbar.tools)
+
+            wait_for(state, lambda found: found[0] == TITLES and found[1] > 0, timeout_s=60)
+            plots = [child[0] for child in grid.children]
+            assert [row for _, row, _ in grid.children] == [0, 1, 2, 3]
+            assert all(plot.toolbar_location is None for plot in plots)
+            # The pan that is active from the start acts on every plot at once: one proxy holds each plot's.
+            drag = grid.toolbar.active_drag
+            assert isinstance(drag, ToolProxy)
+            assert len(drag.tools) == len(plots)
+            for plot in plots:
+                lines = [r for r in plot.renderers if getattr(r, "name", "") and "/" in r.name
+                         and not r.name.endswith("band")]
+                assert len(lines) == 8, plot.title.text
+        finally:
+            session.close()
