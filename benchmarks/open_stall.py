@@ -2,13 +2,20 @@
 0.1 s interval, waits until the store is full (1200 samples), then opens one session per dashboard with
 ``bokeh.client`` and prints the open time and the longest event-loop stall the server saw meanwhile.
 
-    python benchmarks/open_stall.py
+    python benchmarks/open_stall.py [--viewers 10] [--repeat 3] [--settle 2]
+
+With ``--viewers N``, N viewers (a client process holding a session on each of the seven classic dashboards,
+applying every update) watch before the panes are opened. Each route is opened ``--repeat`` times; the stall
+is measured from the request until ``--settle`` seconds after the session opened (pages built in stages send
+their plots after the document), and the table gives the median and the largest of the repeats.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,9 +29,34 @@ from bokeh.client import pull_session
 from nvdash.apps import APPS
 
 ROUTES = [spec.route for spec in APPS]
+CLASSIC = ["/GPU-Utilization", "/GPU-Memory", "/GPU-Resources", "/PCIe-Throughput", "/NVLink-Throughput",
+           "/NVLink-Timeline", "/Machine-Resources"]
+
+VIEWERS = """
+import sys, threading, time
+from bokeh.client import pull_session
+url, count, routes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def view(route):
+    session = pull_session(url=url + route)
+    while True:
+        end = time.monotonic() + 5
+        session._connection._loop_until(lambda: time.monotonic() >= end)
+for _ in range(count):
+    for route in routes:
+        threading.Thread(target=view, args=(route,), daemon=True).start()
+        time.sleep(0.05)
+print("ready", flush=True)
+threading.Event().wait()
+"""
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--viewers", type=int, default=0, help="viewers watching the seven classic dashboards")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--settle", type=float, default=2.0, help="seconds measured after a session opened")
+    parser.add_argument("--routes", nargs="*", default=ROUTES)
+    args = parser.parse_args()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
@@ -35,8 +67,9 @@ def main() -> None:
                "--history", str(history)]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def health(reset: bool = False) -> Any:
-        with urllib.request.urlopen(url + "/health" + ("?reset=1" if reset else ""), timeout=30) as response:
+    def health(since: float | None = None) -> Any:
+        query = "" if since is None else f"?since={since!r}"
+        with urllib.request.urlopen(url + "/health" + query, timeout=30) as response:
             return json.loads(response.read())
 
     try:
@@ -48,18 +81,34 @@ def main() -> None:
                 time.sleep(0.2)
         while health()["store"]["rows"] < health()["store"]["capacity"]:
             time.sleep(1.0)
-        print(f"| {'route':<20} | {'open ms':>7} | {'longest loop stall ms':>21} |")
-        print(f"|{'-' * 22}|{'-' * 9}|{'-' * 23}|")
-        for route in ROUTES:
-            time.sleep(0.3)
-            health(reset=True)
-            started = time.perf_counter()
-            session = pull_session(url=url + route)
-            opened_ms = (time.perf_counter() - started) * 1000
-            time.sleep(0.3)
-            stall = health()["event_loop"]["window_max_lag_ms"]
-            print(f"| {route:<20} | {opened_ms:>7.0f} | {stall:>21.1f} |", flush=True)
-            session.close()
+        watchers = None
+        if args.viewers:
+            watchers = subprocess.Popen([sys.executable, "-c", VIEWERS, url, str(args.viewers), *CLASSIC],
+                                        stdout=subprocess.PIPE, text=True)
+            assert watchers.stdout is not None
+            watchers.stdout.readline()
+            time.sleep(5.0)
+        print(f"{args.viewers} viewers watching; store full; {args.repeat} opens per route")
+        print(f"| {'route':<20} | {'open ms (median)':>16} | {'loop stall ms (median / max)':>28} |")
+        print(f"|{'-' * 22}|{'-' * 18}|{'-' * 30}|")
+        try:
+            for route in args.routes:
+                opens, stalls = [], []
+                for _ in range(args.repeat):
+                    time.sleep(0.5)
+                    before = health()["event_loop"]["at"]
+                    started = time.perf_counter()
+                    session = pull_session(url=url + route)
+                    opens.append((time.perf_counter() - started) * 1000)
+                    time.sleep(args.settle)
+                    stalls.append(health(since=before)["event_loop"]["max_lag_since_ms"])
+                    session.close()
+                stall = f"{statistics.median(stalls):.1f} / {max(stalls):.1f}"
+                print(f"| {route:<20} | {statistics.median(opens):>16.0f} | {stall:>28} |", flush=True)
+        finally:
+            if watchers is not None:
+                watchers.kill()
+                watchers.wait(10)
     finally:
         server.terminate()
         server.wait(10)

@@ -12,7 +12,7 @@ import sys
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from nvdash.history.ranges import RangeError, parse_duration
 from nvdash.metrics.collector import GPU_LABELS, LABEL_FIELDS
@@ -24,6 +24,8 @@ ENV_FAULTS = "NVDASH_FAKE_FAULTS"
 ENV_HISTORY = "NVDASH_HISTORY"
 """A history file path, or ``off``: the default of ``--history`` / ``--no-history`` (for the Jupyter proxy)."""
 ENV_METRICS_TOKEN = "NVDASH_METRICS_TOKEN"
+ENV_TOKEN = "NVDASH_TOKEN"
+"""The dashboards' token: the default of ``--token`` (for a token kept in a Kubernetes Secret)."""
 COMMANDS = ("serve", "export", "import", "replay")
 
 
@@ -37,14 +39,21 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_server_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1); any other, e.g. 0.0.0.0, requires a token")
     parser.add_argument("--port", type=int, default=8000, help="port to serve on (default 8000)")
+    parser.add_argument(
+        "--unix-socket",
+        default=None,
+        metavar="PATH",
+        help="listen on this unix socket (mode 0600: only this user can connect) instead of --host/--port",
+    )
     parser.add_argument(
         "--allow-websocket-origin",
         action="append",
         default=[],
         metavar="HOST:PORT",
-        help="a browser origin allowed to connect (repeatable; default: this server's own address)",
+        help="a browser origin allowed to connect (repeatable; default: this server's own names and addresses)",
     )
     parser.add_argument("--prefix", default="", help="URL prefix to serve under, e.g. /nvdash")
     parser.add_argument(
@@ -54,6 +63,17 @@ def _add_server_options(parser: argparse.ArgumentParser) -> None:
         metavar="SAMPLES",
         help="samples kept in memory and streamed by the timelines in Live mode (default 1200)",
     )
+    parser.add_argument("--token", default=None, metavar="TOKEN",
+                        help=f"the token the dashboards require (also ${ENV_TOKEN}); default: none on 127.0.0.1, "
+                        "a generated one, printed in the start URL, on any other address")
+    parser.add_argument("--no-token", action="store_true",
+                        help="serve the dashboards without a token, even on a public address (logged as a warning)")
+    parser.add_argument("--certfile", default=None, metavar="FILE",
+                        help="serve HTTPS with this PEM certificate (chain); the key too unless --keyfile")
+    parser.add_argument("--keyfile", default=None, metavar="FILE", help="the certificate's PEM private key")
+    parser.add_argument("--viewer-stall-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="close a viewer's websocket once it has read none of the updates waiting for it for "
+                        "this long (default 60; 0: never)")
 
 
 def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
@@ -99,7 +119,8 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
     parser.add_argument("--metrics-labels", default=None, metavar="LABELS",
                         help=f"the labels /metrics keeps, comma-separated (default all: {', '.join(GPU_LABELS)})")
     parser.add_argument("--metrics-token", default=None, metavar="TOKEN",
-                        help=f"a bearer token /metrics requires (also ${ENV_METRICS_TOKEN})")
+                        help=f"a bearer token /metrics accepts (also ${ENV_METRICS_TOKEN}); /metrics also "
+                        "accepts the dashboards' token, and is open only when neither is set")
     parser.add_argument("--metrics-token-file", default=None, metavar="FILE",
                         help="a file holding that token")
     parser.add_argument("--metrics-pods", action="store_true",
@@ -154,6 +175,20 @@ def _prefix(value: str) -> str:
     return prefix.rstrip("/")
 
 
+def _unix_socket(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not value.strip() or value.startswith("\0"):
+        raise UsageError("--unix-socket needs a file path (not an abstract socket, which no file permission protects)")
+    return str(Path(value).expanduser())
+
+
+def _stall_timeout(value: float) -> float:
+    if not 0 <= value < float("inf"):
+        raise UsageError(f"--viewer-stall-timeout must be 0 (never) or a number of seconds, not {value}")
+    return value
+
+
 def _port(value: int) -> int:
     if not 0 <= value <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {value}")
@@ -184,6 +219,28 @@ def _metrics_token(token: str | None, path: str | None, environ: Mapping[str, st
         if not token:
             raise UsageError(f"--metrics-token-file: {path} is empty")
     return token or environ.get(ENV_METRICS_TOKEN) or None
+
+
+def _access(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, Any]:
+    """The token and TLS settings; a certificate that cannot be used is a usage error (one line)."""
+    if args.token is not None and not args.token.strip():
+        raise UsageError("--token must not be empty (use --no-token to serve without one)")
+    if args.token and args.no_token:
+        raise UsageError("--token and --no-token contradict each other")
+    if args.token and args.unix_socket is not None:
+        raise UsageError("--token applies to --host/--port; a unix socket is protected by its file mode")
+    if args.keyfile is not None and args.certfile is None:
+        raise UsageError("--keyfile needs --certfile")
+    if args.certfile is not None:
+        from nvdash.server.tls import CertificateError, check_certificate  # noqa: PLC0415 - only with TLS
+
+        try:
+            check_certificate(args.certfile, args.keyfile)
+        except CertificateError as error:
+            raise UsageError(str(error)) from None
+    local = args.no_token or args.unix_socket is not None
+    token = None if local else (args.token or environ.get(ENV_TOKEN, "").strip() or None)
+    return {"token": token, "no_token": bool(args.no_token), "certfile": args.certfile, "keyfile": args.keyfile}
 
 
 def _prometheus_url(value: str | None) -> str | None:
@@ -236,10 +293,13 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         prometheus_url=_prometheus_url(args.prometheus),
         host=args.host,
         port=_port(args.port),
+        unix_socket=_unix_socket(args.unix_socket),
         interval_s=args.interval,
         simulate=simulate,
         seed=args.seed,
         allow_websocket_origin=tuple(args.allow_websocket_origin),
+        viewer_stall_timeout_s=_stall_timeout(args.viewer_stall_timeout),
+        **_access(args, environ),
         prefix=_prefix(args.prefix),
         live_samples=_live_samples(args.live_samples),
         faults=environ.get(ENV_FAULTS) or None,
@@ -251,7 +311,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     )
 
 
-def parse_replay(argv: Sequence[str]) -> Settings:
+def parse_replay(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Settings:
     """``nvdash replay FILE [server options]``: serve a recording without touching NVML."""
     parser = _Parser(prog="nvdash replay",
                      description="Serve the dashboards from a history file (a recording), with no GPU needed.")
@@ -261,7 +321,10 @@ def parse_replay(argv: Sequence[str]) -> Settings:
     return Settings(
         host=args.host,
         port=_port(args.port),
+        unix_socket=_unix_socket(args.unix_socket),
         allow_websocket_origin=tuple(args.allow_websocket_origin),
+        viewer_stall_timeout_s=_stall_timeout(args.viewer_stall_timeout),
+        **_access(args, environ or {}),
         prefix=_prefix(args.prefix),
         live_samples=_live_samples(args.live_samples),
         process_interval_s=0.0,
@@ -321,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from nvdash.history.csv_io import run_import  # noqa: PLC0415
 
             return run_import(import_parser().parse_args(rest), os.environ)
-        settings = parse_replay(rest) if command == "replay" else parse_settings(rest, os.environ)
+        settings = parse_replay(rest, os.environ) if command == "replay" else parse_settings(rest, os.environ)
         return serve(settings)
     except (UsageError, StartupError, HistoryError) as error:
         print(f"nvdash: error: {error}", file=sys.stderr)

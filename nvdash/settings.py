@@ -16,10 +16,21 @@ class Settings:
 
     host: str = "127.0.0.1"
     port: int = 8000
+    unix_socket: str | None = None
+    """A unix socket to listen on (mode 0600: this user only) instead of ``host``:``port``; no TCP port then."""
     interval_s: float = 0.5
     simulate: str | None = None
     seed: int = 0
     allow_websocket_origin: tuple[str, ...] = ()
+    token: str | None = None
+    """The token the dashboards require (``--token`` / ``NVDASH_TOKEN``); the server generates one when it listens
+    beyond loopback without one. ``None``: none given."""
+    no_token: bool = False
+    """``--no-token``: the dashboards stay open wherever the server listens."""
+    certfile: str | None = None
+    """A PEM certificate (chain) to serve HTTPS with; ``None``: plain HTTP."""
+    keyfile: str | None = None
+    """The certificate's private key, when not in ``certfile``."""
     prefix: str = ""
     live_samples: int = DEFAULT_CAPACITY
     """Samples kept in memory and streamed by the timelines in Live mode."""
@@ -51,3 +62,5 @@ class Settings:
     """Whether ``/metrics`` exports per-process families (one series per GPU process: high cardinality)."""
     prometheus_url: str | None = None
     """A Prometheus-API endpoint (Prometheus, Thanos Query, Mimir) for the cluster dashboards; ``None``: none."""
+    viewer_stall_timeout_s: float = 60.0
+    """A viewer's websocket is closed once it has taken none of what waits for it for this long; 0: never."""

@@ -58,8 +58,9 @@ class NvdashServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}{self.prefix}"
 
-    def health(self, reset: bool = False) -> Any:
-        return get_json(self.url + "/health" + ("?reset=1" if reset else ""))
+    def health(self, since: float | None = None) -> Any:
+        """``/health``; ``since`` (an earlier answer's ``event_loop.at``) adds the longest loop stall after it."""
+        return get_json(self.url + "/health" + ("" if since is None else f"?since={since!r}"))
 
 
 def wait_for(read: Callable[[], Any], check: Callable[[Any], bool], timeout_s: float = 30.0) -> Any:

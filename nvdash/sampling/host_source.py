@@ -5,6 +5,7 @@ It takes the psutil module and a monotonic clock as parameters so tests can hand
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import time
 from collections.abc import Callable
@@ -102,3 +103,27 @@ def _safe(read: Callable[[], Any]) -> Any:
         return read()
     except (OSError, RuntimeError):
         return None
+
+
+def interface_addresses(psutil: ModuleType | None = None) -> list[str]:
+    """This machine's IPv4 and IPv6 interface addresses, loopback included, link-local IPv6 left out.
+
+    Link-local IPv6 addresses (``fe80::/10``) need a zone (``%eth0``) that browsers do not accept in a URL.
+    """
+    ps = psutil if psutil is not None else load_psutil()
+    try:
+        interfaces: dict[str, Any] = ps.net_if_addrs() or {}
+    except (OSError, RuntimeError):
+        return []
+    found: list[str] = []
+    for entries in interfaces.values():
+        for entry in entries:
+            if entry.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            try:
+                address = ipaddress.ip_address(str(entry.address).partition("%")[0])
+            except ValueError:
+                continue
+            if address.version == 4 or not address.is_link_local:
+                found.append(str(address))
+    return list(dict.fromkeys(found))

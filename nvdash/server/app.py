@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+import math
+import os
 import socket
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,6 +15,7 @@ from typing import Any
 from bokeh.application import Application
 from bokeh.application.handlers.function import FunctionHandler
 from bokeh.document import Document
+from bokeh.server.auth_provider import AuthProvider, NullAuth
 from bokeh.server.server import Server
 from bokeh.settings import settings as bokeh_settings
 from tornado.ioloop import IOLoop
@@ -20,12 +25,16 @@ from nvdash.apps import APPS, AppContext, AppSpec, unavailable_reason
 from nvdash.cluster import ClusterRuntime
 from nvdash.health.status import evaluate
 from nvdash.history.csv_io import export_text
+from nvdash.sampling.host_source import interface_addresses
 from nvdash.sampling.sampler import Sampler
+from nvdash.server.access import url_host
+from nvdash.server.auth import Gate, TokenAuth, admitted
 from nvdash.server.history_api import ExportCsvHandler, HistoryJsonHandler, history_health
 from nvdash.server.history_setup import HistoryRuntime
-from nvdash.server.loop_monitor import LoopMonitor
+from nvdash.server.loop_monitor import LoopMonitor, scheduled_timers
 from nvdash.server.metrics_handler import MetricsHandler, MetricsSetup
 from nvdash.server.pages import (
+    BadQuery,
     HtmlHandler,
     JsonHandler,
     index_json,
@@ -34,11 +43,14 @@ from nvdash.server.pages import (
     render_unavailable,
 )
 from nvdash.server.snapshot import snapshot_json
+from nvdash.server.stalled import StalledViewers
 from nvdash.server.usage_json import processes_json
 from nvdash.settings import Settings
 from nvdash.store import Store
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+UNIX_SOCKET_ORIGIN = "localhost"
+"""The websocket origin a server on a unix socket accepts unless told otherwise."""
 PROFILES_HINT = "dgx-h100, dgx-a100, dgx-b200, a100-pcie-2, t4"
 
 
@@ -51,7 +63,11 @@ class Runtime:
     """``None`` when replaying a recording."""
     nvml_calls: Callable[[], int] = lambda: 0
     fake_nvml_calls: Callable[[], int] | None = None
+    fake_nvml_call_counts: Callable[[], dict[str, int]] | None = None
+    """Simulated NVML only: calls so far per entry point (tests and benchmarks tell sweeps from slower cadences)."""
     loop_monitor: LoopMonitor = field(default_factory=LoopMonitor)
+    viewers: StalledViewers = field(default_factory=StalledViewers)
+    """Watches the websockets; closes those whose viewer stopped reading."""
     started_at: float = field(default_factory=time.time)
     """When this server process started (wall clock); a client sees a restart by its change."""
     xid_status: str = "not started"
@@ -63,16 +79,26 @@ class Runtime:
     """The cluster over Prometheus (``--prometheus``), else ``None``."""
 
 
-def websocket_origins(settings: Settings) -> list[str]:
-    """The browser origins allowed to open websockets: the given ones, else this server's own addresses."""
+def websocket_origins(settings: Settings, addresses: Callable[[], list[str]] = interface_addresses) -> list[str]:
+    """The browser origins allowed to open websockets: the given ones, else this server's own addresses.
+
+    A server on a wildcard address is reached by any of this machine's names and ``addresses`` (IPv6 ones in
+    brackets, as a browser writes them in the Origin).
+
+    On a unix socket the own address is ``localhost`` (the ``Host`` that clients of a socket send, and the Origin
+    the Jupyter proxy presents): only this user can connect to the socket at all.
+    """
     if settings.allow_websocket_origin:
         return list(settings.allow_websocket_origin)
+    if settings.unix_socket:
+        return [UNIX_SOCKET_ORIGIN]
     port = settings.port
     origins = [f"localhost:{port}", f"127.0.0.1:{port}"]
     if settings.host in WILDCARD_HOSTS:
         origins += [f"{socket.gethostname()}:{port}", f"{socket.getfqdn()}:{port}"]
+        origins += [f"{url_host(address)}:{port}" for address in addresses()]
     else:
-        origins.append(f"{settings.host}:{port}")
+        origins.append(f"{url_host(settings.host)}:{port}")
     return list(dict.fromkeys(origins))
 
 
@@ -96,11 +122,29 @@ def _sampler_json(sampler: Sampler | None) -> dict[str, Any] | None:
     }
 
 
+def _since(text: str) -> float | None:
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise BadQuery(f"since must be an earlier answer's event_loop.at (a number), not {text!r}")
+    return value
+
+
 def health(
     runtime: Runtime, handler: RequestHandler, server: Callable[[], Server | None], routes: list[str]
 ) -> dict[str, Any]:
-    """The numbers a benchmark or a monitor wants: sampler, store, NVML calls, event loop, sessions."""
-    reset = handler.get_query_argument("reset", "") == "1"
+    """The numbers a benchmark or a monitor wants: sampler, store, NVML calls, event loop, sessions.
+
+    Without the token a server requires, only ``{"status": "ok"}`` (what a liveness probe needs).
+    ``?since=T``, with ``T`` an earlier answer's ``event_loop.at``, adds the longest event-loop stall after ``T``.
+    """
+    if not admitted(handler):
+        return {"status": "ok"}
+    since = _since(handler.get_query_argument("since", ""))
     current = server()
     sessions = 0
     if current is not None:
@@ -112,20 +156,50 @@ def health(
         "history": history_health(runtime.history),
         "store": {"rows": len(runtime.store), "capacity": runtime.store.capacity, "last_seq": runtime.store.last_seq},
         "nvml_calls": runtime.nvml_calls(),
-        "event_loop": runtime.loop_monitor.report(reset_window=reset),
+        "event_loop": runtime.loop_monitor.report(since=since),
         "sessions": sessions,
+        "websockets": runtime.viewers.report(),
+        "timers": 0 if current is None else scheduled_timers(current.io_loop),
         "xid_events": runtime.xid_status,
         "events": runtime.store.event_seq,
     }
     if runtime.fake_nvml_calls is not None:
         result["fake_nvml_calls"] = runtime.fake_nvml_calls()
+    if runtime.fake_nvml_call_counts is not None:
+        result["fake_nvml_call_counts"] = runtime.fake_nvml_call_counts()
     return result
+
+
+def _listen_on(settings: Settings) -> dict[str, Any]:
+    """Bokeh's arguments for where to listen; raises ``OSError`` when the unix socket's path is taken.
+
+    Bokeh (Tornado) replaces whatever socket file is at the path, so a live server's socket is checked for first.
+    """
+    path = settings.unix_socket
+    if path is None:
+        return {"address": settings.host, "port": settings.port}
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return {"unix_socket": path}
+    if not stat.S_ISSOCK(mode):
+        raise OSError(errno.EEXIST, "a file that is not a socket is in the way")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2.0)
+        try:
+            probe.connect(path)
+        except TimeoutError:
+            pass
+        except OSError:
+            return {"unix_socket": path}  # a stale socket file: nobody listens on it
+    raise OSError(errno.EADDRINUSE, "another server is listening on it")
 
 
 def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = None) -> Server:
     """A Bokeh server (bound, not started) serving every available dashboard and the server's pages.
 
-    Raises ``OSError`` when the port cannot be bound.
+    Listens on ``settings.unix_socket`` (a file of mode 0600) when given, else on ``host``:``port``. Raises
+    ``OSError`` when that cannot be bound.
     """
     bokeh_settings.resources.set_value("server")
     store = runtime.store
@@ -133,7 +207,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
     history = runtime.history
     context = AppContext(store=store, interval_s=settings.interval_s, history=history.backend,
                          history_executor=history.executor, clock=history.clock, replay=history.replay,
-                         cluster=runtime.cluster)
+                         cluster=runtime.cluster, staged_builds=True)
     cluster = runtime.cluster is not None
     prefix = settings.prefix
     applications: dict[str, Application] = {}
@@ -169,17 +243,21 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         (
             r"/health",
             JsonHandler,
-            {"produce": lambda h: health(runtime, h, lambda: holder[0] if holder else None, list(applications))},
+            {"produce": lambda h: health(runtime, h, lambda: holder[0] if holder else None, list(applications)),
+             "guarded": False},
         ),
         *unavailable_routes,
     ]
+    origins = websocket_origins(settings)
     server = Server(
         applications,
         io_loop=io_loop,
-        address=settings.host,
-        port=settings.port,
+        **_listen_on(settings),
         prefix=prefix,
-        allow_websocket_origin=websocket_origins(settings),
+        allow_websocket_origin=[origin for origin in origins if not origin.startswith("[")],
+        auth_provider=_auth_provider(settings),
+        ssl_certfile=settings.certfile,
+        ssl_keyfile=settings.keyfile,
         extra_patterns=extra,
         use_index=False,
         num_procs=1,
@@ -190,5 +268,23 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         include_headers=[],
         include_cookies=[],
     )
+    _allow_bracketed_origins(server, [origin for origin in origins if origin.startswith("[")])
     holder.append(server)
     return server
+
+
+def _auth_provider(settings: Settings) -> AuthProvider:
+    """The token check of Bokeh's pages and websockets (and, through it, of nvdash's own handlers)."""
+    if settings.token is None:
+        return NullAuth()
+    return TokenAuth(Gate(settings.token, settings.port, settings.prefix))
+
+
+def _allow_bracketed_origins(server: Server, origins: list[str]) -> None:
+    """Allow IPv6 origins (``[fd00::2]:8000``), which Bokeh's option parser refuses (it splits on ``:``).
+
+    Bokeh's websocket handler checks an Origin by exact membership in its application's set first, so adding
+    them there works; Bokeh offers no public way to reach that set from the ``Server``.
+    """
+    if origins:
+        server._tornado.websocket_origins.update(origins)

@@ -19,6 +19,7 @@ from nvdash.history.catalog import METRICS
 from nvdash.history.database import HistoryError
 from nvdash.history.query import HistoryResult
 from nvdash.history.ranges import RangeError, TimeRange, parse_duration, resolve
+from nvdash.server.auth import GuardedHandler
 from nvdash.server.history_setup import HistoryRuntime
 
 DEFAULT_RANGE = "1h"
@@ -88,7 +89,7 @@ def _step(text: str) -> float | None:
         raise BadRequest(f"step: {error}") from None
 
 
-class HistoryJsonHandler(RequestHandler):
+class HistoryJsonHandler(GuardedHandler):
     """``GET /api/history.json``."""
 
     def initialize(self, history: HistoryRuntime) -> None:
@@ -128,7 +129,7 @@ class HistoryJsonHandler(RequestHandler):
         self._send(200, result_json(result, metric))
 
 
-class ExportCsvHandler(RequestHandler):
+class ExportCsvHandler(GuardedHandler):
     """``GET /export.csv``: the history as an nvidia-smi CSV log (same options as ``nvdash export``)."""
 
     def initialize(self, history: HistoryRuntime, export: Callable[[HistoryRuntime, TimeRange, str, str,

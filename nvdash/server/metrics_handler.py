@@ -1,9 +1,13 @@
 """``GET /metrics``: the Prometheus text format (OpenMetrics when the scraper asks for it), optionally behind a
-bearer token."""
+bearer token.
+
+Who may scrape: with ``--metrics-token``, a scraper sending ``Authorization: Bearer <that token>``; when the
+dashboards require a token, also whoever the dashboards admit (their token as a bearer token, or the browser's
+cookie); when neither applies, anyone, like the dashboards themselves.
+"""
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,6 +18,8 @@ from tornado.web import RequestHandler
 from nvdash.metrics.collector import GPU_LABELS, LABEL_FIELDS, ExportOptions, StoreCollector, unknown_fields
 from nvdash.metrics.counters import Counter, default_counters, load_counters
 from nvdash.metrics.exposition import TEXT_CONTENT_TYPE, text_format
+from nvdash.server.access import same_secret, token_from_authorization
+from nvdash.server.auth import gate_of
 from nvdash.settings import Settings
 from nvdash.store import Store
 
@@ -53,7 +59,7 @@ def registry_for(store: Store, counters: Sequence[Counter], options: ExportOptio
 
 
 class MetricsHandler(RequestHandler):
-    """Serves one scrape from the store; ``token`` (when set) must come as ``Authorization: Bearer <token>``."""
+    """Serves one scrape from the store to the scrapers the module's rules admit (401 for the others)."""
 
     def initialize(self, store: Store, counters: Sequence[Counter], options: ExportOptions,
                    token: str | None = None) -> None:
@@ -63,14 +69,22 @@ class MetricsHandler(RequestHandler):
         self._token = token
         self._registries: dict[bool, CollectorRegistry] = {}
 
-    def get(self) -> None:
+    def _admitted(self) -> bool:
         if self._token is not None:
-            given = self.request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {self._token}".encode()):
-                self.set_status(401)
-                self.set_header("WWW-Authenticate", 'Bearer realm="nvdash metrics"')
-                self.finish("a bearer token is needed for /metrics\n")
-                return
+            given = token_from_authorization(self.request.headers.get("Authorization", ""))
+            if given is not None and same_secret(given, self._token):
+                return True
+        gate = gate_of(self)
+        if gate is not None:
+            return gate.admits(self)
+        return self._token is None
+
+    def get(self) -> None:
+        if not self._admitted():
+            self.set_status(401)
+            self.set_header("WWW-Authenticate", 'Bearer realm="nvdash metrics"')
+            self.finish("a bearer token is needed for /metrics\n")
+            return
         encoder, content_type = choose_encoder(self.request.headers.get("Accept", ""))
         openmetrics = content_type.startswith("application/openmetrics-text")
         registry = registry_for(self._store, self._counters, self._options, openmetrics)

@@ -13,6 +13,7 @@ from tornado.web import RequestHandler
 from nvdash.apps import APPS, AppSpec, Requirement, available_apps, unavailable_reason
 from nvdash.health.status import GpuHealth
 from nvdash.sampling.records import Inventory
+from nvdash.server.auth import GuardedHandler
 from nvdash.units import format_bytes, format_rate
 
 _env = Environment(autoescape=select_autoescape(default=True))
@@ -144,8 +145,8 @@ def render_unavailable(spec: AppSpec, reason: str, prefix: str) -> str:
     return str(_template("unavailable.html").render(title=spec.title, reason=reason, index=prefix + "/"))
 
 
-class HtmlHandler(RequestHandler):
-    """Serves a fixed HTML page with a fixed status."""
+class HtmlHandler(GuardedHandler):
+    """Serves a fixed HTML page with a fixed status (to those the server's token admits)."""
 
     def initialize(self, render: Callable[[], str], status: int = 200) -> None:
         self._render = render
@@ -157,13 +158,26 @@ class HtmlHandler(RequestHandler):
         self.finish(self._render())
 
 
-class JsonHandler(RequestHandler):
-    """Serves a JSON document computed on each request (cheap: nothing here touches the hardware)."""
+class BadQuery(ValueError):
+    """A query argument a JSON route cannot use: a 400 with the one-line message."""
 
-    def initialize(self, produce: Callable[[RequestHandler], Any]) -> None:
+
+class JsonHandler(GuardedHandler):
+    """Serves a JSON document computed on each request (cheap: nothing here touches the hardware).
+
+    ``guarded=False`` serves requests without the token too, for a route that decides itself what they see.
+    """
+
+    def initialize(self, produce: Callable[[RequestHandler], Any], guarded: bool = True) -> None:
         self._produce = produce
+        self.guarded = guarded
 
     def get(self) -> None:
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(self._produce(self)))
+        try:
+            body = self._produce(self)
+        except BadQuery as error:
+            self.set_status(400)
+            body = {"error": str(error)}
+        self.finish(json.dumps(body))

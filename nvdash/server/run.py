@@ -5,7 +5,9 @@ from __future__ import annotations
 import errno
 import logging
 import signal
+import socket
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
@@ -21,7 +23,8 @@ from nvdash.sampling.records import GpuEvent
 from nvdash.sampling.sampler import Sampler
 from nvdash.sampling.usage import UsageCollector
 from nvdash.server import gc_policy
-from nvdash.server.app import Runtime, make_server
+from nvdash.server.access import dashboard_token, is_loopback, start_url
+from nvdash.server.app import WILDCARD_HOSTS, Runtime, make_server
 from nvdash.server.history_setup import open_history, open_replay
 from nvdash.server.metrics_handler import metrics_setup
 from nvdash.settings import Settings
@@ -72,6 +75,7 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
         sampler=sampler,
         nvml_calls=(lambda: gpus.calls) if gpus is not None else (lambda: 0),
         fake_nvml_calls=getattr(fake, "total_calls", None),
+        fake_nvml_call_counts=getattr(fake, "call_counts", None),
         history=history,
     )
     return hardware, runtime
@@ -126,14 +130,43 @@ def _describe(runtime: Runtime) -> str:
     return f"no GPU ({inventory.nvml_error}); serving the machine dashboard{cluster} only"
 
 
+def with_token(settings: Settings) -> Settings:
+    """The settings with the token the dashboards will require (generated when none was given and the server
+    listens beyond loopback); logs a warning when ``--no-token`` leaves a public address open."""
+    if settings.unix_socket is not None:
+        return settings
+    if settings.no_token and not is_loopback(settings.host):
+        logging.getLogger(__name__).warning(
+            "--no-token: the dashboards on %s port %s are open to anyone who can reach this machine",
+            settings.host or "every address", settings.port)
+    return replace(settings, token=dashboard_token(settings.token, settings.no_token, settings.host))
+
+
+def start_lines(settings: Settings) -> list[str]:
+    """The lines that tell where to open the dashboards: with the token, and https when serving TLS."""
+    scheme = "https" if settings.certfile else "http"
+    wildcard = settings.host in WILDCARD_HOSTS
+    host = "localhost" if wildcard or settings.host == "127.0.0.1" else settings.host
+    lines = [f"nvdash: open {start_url(scheme, host, settings.port, settings.prefix, settings.token)}"]
+    name = next((name for name in (socket.getfqdn(), socket.gethostname()) if name and not is_loopback(name)), None)
+    if wildcard and name is not None:
+        lines.append(f"nvdash: from other machines: "
+                     f"{start_url(scheme, name, settings.port, settings.prefix, settings.token)}")
+    return lines
+
+
 def serve(settings: Settings) -> int:
     """Run the server until interrupted; returns the exit status."""
     logging.basicConfig(level=logging.WARNING, format="nvdash: %(levelname)s: %(message)s")
+    settings = with_token(settings)
     hardware, runtime = start_runtime(settings)
     try:
         try:
             server = make_server(settings, runtime)
         except OSError as error:
+            if settings.unix_socket is not None:
+                reason = error.strerror or str(error)
+                raise StartupError(f"cannot listen on unix socket {settings.unix_socket}: {reason}") from None
             if error.errno == errno.EADDRINUSE:
                 raise StartupError(
                     f"port {settings.port} on {settings.host} is already in use; choose another with --port"
@@ -155,9 +188,14 @@ def serve(settings: Settings) -> int:
             runtime.xid_status = hardware.gpus.watch_xids(record) or "watching"
         server.start()
         runtime.loop_monitor.start(server.io_loop)
-        host = "localhost" if settings.host in ("127.0.0.1", "0.0.0.0", "::", "") else settings.host
+        runtime.viewers.start(server, settings.viewer_stall_timeout_s)
         print(f"nvdash: {_describe(runtime)}", flush=True)
-        print(f"nvdash: open http://{host}:{settings.port}{settings.prefix}/", flush=True)
+        if settings.unix_socket is not None:
+            print(f"nvdash: listening on unix socket {settings.unix_socket} (this user only), "
+                  f"serving {settings.prefix}/", flush=True)
+        else:
+            for line in start_lines(settings):
+                print(line, flush=True)
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             server.io_loop.add_callback_from_signal(server.io_loop.stop)
@@ -168,6 +206,7 @@ def serve(settings: Settings) -> int:
         except KeyboardInterrupt:
             print("nvdash: stopped", file=sys.stderr)
         runtime.loop_monitor.stop()
+        runtime.viewers.stop()
         server.stop()
     finally:
         if runtime.sampler is not None:

@@ -19,7 +19,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from kubernetes_validate.utils import all_versions  # type: ignore[import-untyped]
 
-from nvdash.cli import parse_settings
+from nvdash.cli import ENV_TOKEN, parse_settings
 from nvdash.metrics.counters import default_counters
 from nvdash.metrics.fields import FAMILIES
 from nvdash.settings import Settings
@@ -286,6 +286,20 @@ def test_the_container_arguments_parse_with_nvdashs_cli(docs: dict[str, dict[str
     assert settings.kubelet_socket == f"{POD_RESOURCES}/kubelet.sock"
     assert settings.history is True
     assert settings.history_path == f"{HISTORY_DIR}/history.sqlite"
+
+
+def test_the_token_comes_from_a_secret_that_prometheus_sends_too(docs: dict[str, dict[str, Any]]) -> None:
+    # nvdash on 0.0.0.0 requires a token: the pod reads NVDASH_TOKEN from a Secret, and the ServiceMonitor sends
+    # that Secret's value to /metrics as a bearer token (else every scrape would get 401).
+    (source,) = container(docs)["envFrom"]
+    secret = source["secretRef"]["name"]
+    assert source["secretRef"].get("optional", False) is False  # no Secret, no pod: not a token nobody knows
+    authorization = docs["ServiceMonitor"]["spec"]["endpoints"][0]["authorization"]
+    assert authorization == {"type": "Bearer", "credentials": {"name": secret, "key": ENV_TOKEN}}
+    with_secret = parse_settings([substitute_env(str(argument), container_env(docs))
+                                  for argument in container(docs)["args"]],
+                                 environ={**container_env(docs), ENV_TOKEN: "from-the-secret"})
+    assert (with_secret.token, with_secret.no_token) == ("from-the-secret", False)
 
 
 def test_the_probes_ask_nvdashs_health_route(docs: dict[str, dict[str, Any]]) -> None:
