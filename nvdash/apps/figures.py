@@ -30,6 +30,7 @@ from bokeh.models.widgets import DataTable, TableColumn
 from bokeh.palettes import Category10_10, Viridis256
 from bokeh.plotting import figure
 
+from nvdash.apps.visibility import hidden_flag
 from nvdash.sampling.records import GpuInfo
 from nvdash.units import (
     IEC_UNITS,
@@ -188,6 +189,21 @@ def timeline_range() -> DataRange1d:
     return DataRange1d(range_padding=0)
 
 
+SKIP_GAPS_JS = """
+export default (_args, _tool, {data_source, vars}) => {
+  const column = data_source.get_column(vars.name);
+  return column != null && Number.isFinite(column[vars.index]);
+}
+"""
+
+
+def skip_gaps() -> dict[str, CustomJS | list[CustomJS]]:
+    """HoverTool ``filters`` that leave a line out of the tooltip where it has no value: a gap (the NaN the
+    timelines put between segments, a lost GPU, a past bucket with no reading) shows no "NaN", and a gap in every
+    line shows no tooltip at all. Each line's renderer is named after its column."""
+    return {"$name": CustomJS(code=SKIP_GAPS_JS)}
+
+
 def add_timeline_hover(
     fig: figure,
     renderers: Sequence[DataRenderer],
@@ -202,6 +218,7 @@ def add_timeline_hover(
         HoverTool(
             renderers=list(renderers),
             mode="vline",
+            filters=skip_gaps(),
             tooltips=[(what, "$name{label}"), (value, "@$name{value}"), ("time", "@time{time}")],
             formatters={
                 "$name": CustomJSHover(args={"labels": labels}, code="return labels[value] ?? value;"),
@@ -288,10 +305,11 @@ def bar_labels(
 
 
 def add_page(doc: Document, title: str, *children: UIElement, dark: bool) -> None:
-    """Title the document and add its content stacked so it fills the pane or browser window."""
+    """Title the document and add its content stacked so it fills the pane or browser window (with the invisible
+    flag by which the browser says when nobody can see the page: :mod:`nvdash.apps.visibility`)."""
     doc.title = title
     styles = {"background-color": DARK_BACKGROUND} if dark else {}
-    doc.add_root(column(*children, sizing_mode="stretch_both", styles=styles))
+    doc.add_root(column(*children, hidden_flag(doc), sizing_mode="stretch_both", styles=styles))
 
 
 DARK_TABLE_CSS = """

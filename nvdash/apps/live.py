@@ -13,6 +13,7 @@ from bokeh.models.widgets import Toggle
 
 from nvdash.apps.backpressure import viewers_ready
 from nvdash.apps.context import AppContext
+from nvdash.apps.visibility import hidden_flag
 from nvdash.sampling.records import Snapshot
 from nvdash.store import Store
 
@@ -26,7 +27,8 @@ class Follower:
     """Remembers the last sequence number a document has seen and hands on what came after it.
 
     While ``pause`` is active nothing is read; the store keeps the rows, so resuming catches up. So it is while
-    ``doc`` has no viewer that takes updates (:func:`~nvdash.apps.backpressure.viewers_ready`).
+    ``doc`` has no viewer that takes updates (:func:`~nvdash.apps.backpressure.viewers_ready`) and while nobody can
+    see it (:mod:`nvdash.apps.visibility`).
     """
 
     def __init__(self, store: Store, seq: int, on_rows: RowsHandler, pause: Toggle | None = None,
@@ -41,7 +43,7 @@ class Follower:
         """Push the rows newer than the last seen; do nothing when paused or when nothing is new."""
         if self.pause is not None and self.pause.active:
             return
-        if self.doc is not None and not viewers_ready(self.doc):
+        if self.doc is not None and (not viewers_ready(self.doc) or hidden_flag(self.doc).disabled):
             return
         rows, self.seq = self.store.since(self.seq)
         if rows:
@@ -52,6 +54,11 @@ class Follower:
         if self.pause is not None:
             self.pause.label = RESUME_LABEL if paused else PAUSE_LABEL
         if not paused:
+            self.poll()
+
+    def seen(self, _attr: str, _old: Any, hidden: Any) -> None:
+        """Catch up at once when the page can be seen again."""
+        if not hidden:
             self.poll()
 
 
@@ -68,6 +75,7 @@ def follow(
     doc.add_periodic_callback(follower.poll, period_ms(ctx))
     if pause is not None:
         pause.on_change("active", follower.toggled)
+    hidden_flag(doc).on_change("disabled", follower.seen)
     return follower
 
 
