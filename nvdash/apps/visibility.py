@@ -38,7 +38,9 @@ update();
 """Runs once in the browser when the document is ready; keeps ``flag.disabled`` true while nobody can see it."""
 
 
-_FLAGS: weakref.WeakKeyDictionary[Document, Spacer] = weakref.WeakKeyDictionary()
+_FLAGS: weakref.WeakKeyDictionary[Document, weakref.ReferenceType[Spacer]] = weakref.WeakKeyDictionary()
+"""Each document's flag, held weakly both ways: the document holds its flag (the watching callback does), and a flag
+held strongly here would hold its document forever (a model points back at its document)."""
 
 
 def hidden_flag(doc: Document) -> Spacer:
@@ -47,8 +49,10 @@ def hidden_flag(doc: Document) -> Spacer:
     The flag is an invisible, empty spacer that the page's layout carries (:func:`nvdash.apps.figures.add_page` puts it
     in), so the browser's changes to it reach the server.
     """
-    flag = _FLAGS.get(doc)
+    known = _FLAGS.get(doc)
+    flag = None if known is None else known()
     if flag is None:
-        flag = _FLAGS[doc] = Spacer(name=HIDDEN_NAME, disabled=False, visible=False, width=0, height=0)
+        flag = Spacer(name=HIDDEN_NAME, disabled=False, visible=False, width=0, height=0)
         doc.js_on_event(DocumentReady, CustomJS(args={"flag": flag}, code=WATCH_JS))
+        _FLAGS[doc] = weakref.ref(flag)
     return flag

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 from PIL import Image, ImageStat
-from playwright.sync_api import Browser, Locator, Page, expect
+from playwright.sync_api import Browser, Frame, Locator, Page, expect
 
-from tests.browser.chromium import artifact, chromium
+from tests.browser.chromium import artifact, changes, chromium, wait_until_drawn
 from tests.jupyter.jupyter import JupyterLab, jupyter_lab
 from tests.server.test_server import ROUTES, STATIC_ROUTES
 
@@ -92,16 +92,19 @@ def snap(target: Locator, path: str | None = None) -> bytes:
     return target.page.screenshot(clip=box, path=path, timeout=60_000)
 
 
-def keeps_changing(target: Locator, seconds: float = 2.5, tries: int = 4) -> bool:
-    """Whether what ``target`` shows changes within ``tries`` x ``seconds`` (a live dashboard redraws; on a
-    loaded machine a freshly loaded one may take a few seconds to draw at all)."""
-    target.page.wait_for_timeout(1_000)
-    before = snap(target)
-    for _ in range(tries):
-        target.page.wait_for_timeout(seconds * 1000)
-        if snap(target) != before:
-            return True
-    return False
+def pane_frame(target: Locator) -> Frame:
+    """The document inside a pane's iframe."""
+    handle = target.locator("iframe").element_handle(timeout=CANVAS_TIMEOUT_MS)
+    frame = handle.content_frame()
+    assert frame is not None, "the pane's iframe has no document"
+    return frame
+
+
+def keeps_changing(target: Locator) -> bool:
+    """Whether what the pane ``target`` shows changes, once its dashboard has drawn (a live dashboard redraws;
+    on a loaded machine a freshly loaded one may take a few seconds to draw at all)."""
+    wait_until_drawn(pane_frame(target), CANVAS_TIMEOUT_MS)
+    return changes(lambda: snap(target))
 
 
 def brightness(target: Locator) -> float:
@@ -152,7 +155,7 @@ def test_two_panes_dock_beside_a_notebook(page: Page) -> None:
     assert utilization["x"] >= notebook["x"] + notebook["width"] - 1, "the dashboards sit right of the notebook"
     assert resources["y"] >= utilization["y"] + utilization["height"] - 1, "the second one below the first"
     assert keeps_changing(pane(page, "/GPU-Resources"))
-    page.wait_for_timeout(1_000)
+    wait_until_drawn(pane_frame(pane(page, "/GPU-Utilization")), CANVAS_TIMEOUT_MS)
     page.screenshot(path=str(artifact("jupyterlab.png")))
 
 
@@ -223,7 +226,7 @@ def test_panes_follow_the_dark_theme(page: Page) -> None:
         dark_src = re.compile(f"/nvdash{route}[?]theme=dark$")
         expect(pane(page, route).locator("iframe")).to_have_attribute("src", dark_src)
         wait_for_canvas(page, route)
-        page.wait_for_timeout(2_000)
+        wait_until_drawn(pane_frame(pane(page, route)), CANVAS_TIMEOUT_MS)
         dark = brightness(pane(page, route))
         page.screenshot(path=str(artifact("jupyterlab-dark.png")))
         snap(pane(page, route), str(artifact("jupyterlab-dark-pane.png")))
@@ -315,9 +318,11 @@ def test_a_server_that_cannot_start_is_reported_with_a_retry(browser: Browser) -
             expect(message).to_contain_text("GPU Utilization is not available", timeout=30_000)
             expect(message.locator("button.jp-nvdash-retry")).to_be_visible()
             page.screenshot(path=str(artifact("jupyterlab-cannot-start.png")))
-            message.locator("button.jp-nvdash-retry").click()
-            expect(message).to_contain_text("Starting the nvdash server")
+            # Retry asks the server again; the answer (nvdash's message) comes too fast to see "Starting..." reliably.
+            with page.expect_request(lambda request: "/nvdash/" in request.url, timeout=30_000):
+                message.locator("button.jp-nvdash-retry").click()
             expect(message).to_contain_text("could not start", timeout=30_000)
+            expect(message).to_contain_text("unknown profile 'no-such-profile'")
             expect(message.locator("button.jp-nvdash-retry")).to_be_enabled()
             assert pane(page, "/GPU-Utilization").locator("iframe").get_attribute("src") in (None, "")
         finally:

@@ -71,7 +71,7 @@ class JupyterLab:
         return jupyter_env(self.home)
 
     def nvdash_pids(self) -> list[int]:
-        """The nvdash processes Jupyter started (children of the Jupyter process)."""
+        """The nvdash processes Jupyter started (children of the Jupyter process running ``-m nvdash...``)."""
         pids = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -82,7 +82,8 @@ class JupyterLab:
             except OSError:
                 continue
             parent = int(stat.rsplit(")", 1)[1].split()[1])
-            if parent == self.process.pid and b"nvdash" in cmdline:
+            module = cmdline[cmdline.index(b"-m") + 1] if b"-m" in cmdline[:-1] else b""
+            if parent == self.process.pid and (module == b"nvdash" or module.startswith(b"nvdash.")):
                 pids.append(int(entry.name))
         return pids
 

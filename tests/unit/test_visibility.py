@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from dataclasses import replace
 
 from bokeh.document import Document
@@ -41,3 +43,13 @@ def test_a_hidden_page_takes_no_rows_and_gets_them_all_when_seen() -> None:
     streamed = [event for event in events if isinstance(event, ColumnsStreamedEvent)]
     assert len(streamed) == 1
     assert streamed[0].data["time"] == [NEW_ROW.time_s * 1000.0, (NEW_ROW.time_s + 1) * 1000.0]
+
+
+def test_the_flag_does_not_keep_its_document_alive() -> None:
+    ctx = make_ctx()
+    doc = Document()
+    gpu_resources.build(doc, ctx)
+    gone = weakref.ref(doc)
+    del doc
+    gc.collect()
+    assert gone() is None
