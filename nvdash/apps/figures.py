@@ -54,7 +54,9 @@ DARK_BACKGROUND = "#15191c"
 LOST_COLOR = "#9e9e9e"
 BACKGROUND_ALPHA = 0.25
 TX_COLOR = "#1f77b4"
+"""Sent (TX) on every page: a GPU's PCIe and NVLink TX, the host's network "sent"."""
 RX_COLOR = "#ff7f0e"
+"""Received (RX) on every page: a GPU's PCIe and NVLink RX, the host's network "received"."""
 
 STATUS_COLORS: dict[str, str] = {
     "ok": "#2ca02c", "info": "#1f77b4", "warning": "#e69500", "critical": "#d62728",
@@ -190,11 +192,11 @@ def timeline_range() -> DataRange1d:
 
 
 SKIP_GAPS_JS = """
-export default (_args, _tool, {data_source, vars}) => {
-  const column = data_source.get_column(vars.name);
-  return column != null && Number.isFinite(column[vars.index]);
-}
+const {data_source, vars} = cb_data;
+const column = data_source.get_column(vars.name);
+return column != null && Number.isFinite(column[vars.index]);
 """
+"""A function body, not an ES module: BokehJS would load a module from a ``blob:`` URL."""
 
 
 def skip_gaps() -> dict[str, CustomJS | list[CustomJS]]:

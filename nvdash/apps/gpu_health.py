@@ -39,6 +39,7 @@ from nvdash.apps.figures import (
     add_page,
     data_table,
     gpu_label,
+    skip_gaps,
     text_color,
     timeline_figure,
     timeline_range,
@@ -275,6 +276,7 @@ def _history_figure(inventory: Inventory, source: ColumnDataSource, interval_s: 
         renderers.append(fig.add_glyph(source, block, name=column, nonselection_glyph=None, muted_glyph=None))
     labels = {f"status/{info.index}": gpu_label(info) for info in inventory.gpus}
     fig.add_tools(HoverTool(renderers=renderers, tooltips=[("GPU", "$name{label}"), ("status", "@$name{status}")],
+                            filters=skip_gaps(),
                             formatters={
                                 "$name": CustomJSHover(args={"labels": labels}, code="return labels[value] ?? value;"),
                                 "@$name": CustomJSHover(code='return ["OK", "Warning", "Critical"][value] ?? "n/a";'),

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Frame, Page, sync_playwright
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -55,3 +56,27 @@ def open_page(browser: Browser, url: str, width: int = 1280, height: int = 900) 
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
     page.goto(url, wait_until="load")
     return page, errors
+
+
+BOKEH_IDLE = "() => window.Bokeh !== undefined && Bokeh.documents.length > 0 && Bokeh.documents[0].is_idle"
+"""True once Bokeh has drawn every root of the page's document."""
+
+
+def wait_until_drawn(frame: Page | Frame, timeout_ms: int = 60_000) -> None:
+    """Wait until the Bokeh document in ``frame`` (a page, or a pane's iframe) has drawn all its plots."""
+    frame.wait_for_function(BOKEH_IDLE, timeout=timeout_ms)
+
+
+def changes(shot: Callable[[], bytes], timeout_s: float = 30.0) -> bool:
+    """Whether what ``shot`` returns (a screenshot) changes before ``timeout_s`` have passed; polled twice a second.
+
+    A live dashboard redraws with each sweep, but the simulated job has data-loader stalls of a few seconds with no
+    traffic, and a loaded machine may draw late: only the deadline bounds the wait.
+    """
+    before = shot()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        if shot() != before:
+            return True
+    return False

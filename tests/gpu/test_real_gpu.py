@@ -11,7 +11,7 @@ import pytest
 
 from nvdash.sampling.hardware import Hardware, open_hardware
 from nvdash.sampling.nvml_source import PCIE_LANE_BYTES_PER_S
-from tests.conftest import get_json, nvdash_server
+from tests.conftest import get_json, nvdash_server, wait_for
 
 pytestmark = pytest.mark.gpu
 
@@ -65,7 +65,7 @@ def test_inventory_matches_nvidia_smi(hardware: Hardware) -> None:
 def test_samples_match_nvidia_smi(hardware: Hardware) -> None:
     assert hardware.gpus is not None
     hardware.gpus.read(5.0)
-    time.sleep(0.5)
+    time.sleep(0.5)  # not a wait for anything: the rates of the second read span half a second of counters
     samples = hardware.gpus.read(5.0)
     rows = smi()
     for sample, row in zip(samples, rows, strict=True):
@@ -90,8 +90,7 @@ def test_server_serves_the_real_gpus() -> None:
         assert [gpu["name"] for gpu in info["gpus"]] == [row["name"] for row in smi()]
         index = get_json(server.url + "/index.json")
         assert "/GPU-Utilization" in index
-        time.sleep(1.5)
-        health = server.health()
+        health = wait_for(server.health, lambda health: health["sampler"]["sweeps"] >= 2)
         assert health["sampler"]["errors"] == 0
         assert health["nvml_calls"] > 0
 

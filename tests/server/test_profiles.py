@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import pytest
+from bokeh.client import ClientSession
 
 from tests.conftest import get_json, http_get, nvdash_server, wait_for
 from tests.server.bokeh_viewer import open_session, receive_for, source_data
 from tests.server.test_server import STATIC_ROUTES
+
+
+def _has_data(session: ClientSession) -> bool:
+    """Whether any data source of the session's document has a row."""
+    return any(any(len(column) for column in source.values()) for source in source_data(session))
+
+
+def _receives_data(session: ClientSession) -> bool:
+    """Whether the session has a row after applying what the server pushed for a moment."""
+    receive_for(session, 0.2)
+    return _has_data(session)
 
 
 @pytest.mark.parametrize(
@@ -29,9 +41,10 @@ def test_every_offered_dashboard_opens_with_data(profile: str, gpus: int, nvlink
             assert http_get(server.url + route)[0] == 200, route
             session = open_session(server.url, route)
             try:
-                if route not in STATIC_ROUTES:  # a static page sends nothing after it opens
-                    receive_for(session, 0.3)
-                assert any(any(len(column) for column in source.values()) for source in source_data(session)), route
+                if route in STATIC_ROUTES:  # a static page sends nothing after it opens
+                    assert _has_data(session), route
+                else:
+                    wait_for(lambda session=session: _receives_data(session), bool)
             finally:
                 session.close()
         snapshot = get_json(server.url + "/api/snapshot.json")

@@ -1,22 +1,104 @@
-"""The sampler is shared: ten viewers on every dashboard cost NVML what one viewer costs."""
+"""The sampler is shared: ten viewers on every dashboard cost NVML what one viewer costs, per sweep.
+
+NVML calls are counted per entry point by the simulated library and compared with the sampler's own schedule:
+every GPU read once per sweep, its health counters at most once per ``SLOW_INTERVAL_S``, one XID wait per
+``WAIT_TIMEOUT_MS``. Counting per sweep made (not per wall-clock second) keeps the comparison exact on a loaded
+machine, where sweeps may come late.
+"""
 
 from __future__ import annotations
 
+import math
 import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from tests.conftest import NvdashServer, nvdash_server
+import pynvml
+
+from nvdash.sampling.fake import FakeNvmlLibrary
+from nvdash.sampling.nvml_read import SLOW_INTERVAL_S
+from nvdash.sampling.nvml_source import NvmlSource, install_library
+from nvdash.sampling.xid_watcher import WAIT_TIMEOUT_MS
+from tests.conftest import NvdashServer, nvdash_server, wait_for
 from tests.server.bokeh_viewer import Viewer, stop_all
 from tests.server.test_server import ROUTES
 
-WINDOW_S = 5.0
+PROFILE = "dgx-h100"
+SWEEPS = 20
+"""Sweeps per measured window."""
+XID_WAIT = "nvmlEventSetWait_v2"
+# --process-interval 3600: the GPU processes are read at the first sweep only (and carried in every snapshot), so
+# no process read falls into a measured window.
+SERVER_ARGS = ["--simulate", PROFILE, "--interval", "0.25", "--process-interval", "3600"]
 
 
-def _calls_per_second(server: NvdashServer) -> float:
-    start = server.health()
+@dataclass(frozen=True)
+class Costs:
+    """NVML calls per entry point of one read of every GPU, measured through the same code on the same profile."""
+
+    sweep: Counter[str]
+    """What every sweep calls."""
+    health_counters: Counter[str]
+    """What the first sweep calls besides: the health counters (read again every ``SLOW_INTERVAL_S``) and the
+    one-time set-up of GPM sample buffers."""
+
+
+def _calls(fake: FakeNvmlLibrary, action: Callable[[], object]) -> Counter[str]:
+    before = Counter(fake.call_counts())
+    action()
+    return Counter(fake.call_counts()) - before
+
+
+def _costs() -> Costs:
+    fake = FakeNvmlLibrary(PROFILE, latency_scale=0.0)
+    restore = install_library(pynvml, fake)
+    source = NvmlSource(pynvml, slow_interval_s=math.inf)  # the health counters at the first read only
+    try:
+        source.open()
+        first = _calls(fake, lambda: source.read(30.0))
+        later = _calls(fake, lambda: source.read(30.0))
+    finally:
+        source.close()
+        restore()
+    return Costs(sweep=later, health_counters=first - later)
+
+
+@dataclass(frozen=True)
+class Window:
+    """What the server did between two readings of its health."""
+
+    sweeps: int
+    seconds: float
+    """At least the time between the server's two readings (measured around both requests)."""
+    calls: Counter[str]
+
+
+def _window(server: NvdashServer) -> Window:
     started = time.monotonic()
-    time.sleep(WINDOW_S)
-    end = server.health()
-    return (end["fake_nvml_calls"] - start["fake_nvml_calls"]) / (time.monotonic() - started)
+    first = server.health()
+    last = wait_for(server.health, lambda h: h["sampler"]["sweeps"] >= first["sampler"]["sweeps"] + SWEEPS,
+                    timeout_s=120.0)
+    seconds = time.monotonic() - started
+    calls = Counter(last["fake_nvml_call_counts"])
+    calls.subtract(first["fake_nvml_call_counts"])
+    return Window(last["sampler"]["sweeps"] - first["sampler"]["sweeps"], seconds, +calls)
+
+
+def _assert_only_the_samplers_calls(window: Window, costs: Costs) -> None:
+    """Each entry point of a sweep is called exactly as often as in the sweeps made (give or take the sweep under
+    way at either reading); the health counters and XID waits no more often than their own cadence allows; no
+    other entry point at all."""
+    health_reads = math.floor(window.seconds / SLOW_INTERVAL_S) + 2  # begun in the window, plus one under way
+    xid_waits = math.floor(window.seconds * 1000 / WAIT_TIMEOUT_MS) + 2
+    assert window.sweeps >= SWEEPS
+    for name in costs.sweep.keys() | costs.health_counters.keys() | window.calls.keys() | {XID_WAIT}:
+        per_sweep = costs.sweep[name]
+        lowest = per_sweep * (window.sweeps - 1)
+        highest = per_sweep * (window.sweeps + 1) + costs.health_counters[name] * health_reads
+        if name == XID_WAIT:
+            highest += xid_waits
+        assert lowest <= window.calls[name] <= highest, (name, window, lowest, highest)
 
 
 def _connect(server: NvdashServer, viewers: int) -> list[Viewer]:
@@ -29,22 +111,24 @@ def _connect(server: NvdashServer, viewers: int) -> list[Viewer]:
     return threads
 
 
-def test_ten_viewers_cost_the_same_nvml_calls_as_one() -> None:
-    with nvdash_server(["--simulate", "dgx-h100", "--interval", "0.25"]) as server:
-        time.sleep(1.0)
-        idle = _calls_per_second(server)
+def test_ten_viewers_cost_the_same_nvml_calls_per_sweep_as_one() -> None:
+    costs = _costs()
+    assert sum(costs.sweep.values()) > 0
+    assert sum(costs.health_counters.values()) > 0
+    with nvdash_server(SERVER_ARGS) as server:
+        wait_for(server.health, lambda h: h["sampler"]["sweeps"] >= 1)  # the start-up sweep reads the processes
+        idle = _window(server)
         one = _connect(server, 1)
         try:
             assert server.health()["sessions"] == len(ROUTES)
-            single = _calls_per_second(server)
+            single = _window(server)
             nine = _connect(server, 9)
             try:
                 assert server.health()["sessions"] == 10 * len(ROUTES)
-                many = _calls_per_second(server)
+                many = _window(server)
             finally:
                 stop_all(nine)
         finally:
             stop_all(one)
-    assert idle > 0
-    assert abs(single - idle) / idle < 0.1, (idle, single)
-    assert abs(many - single) / single < 0.1, (single, many)
+    for window in (idle, single, many):
+        _assert_only_the_samplers_calls(window, costs)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import threading
-import time
+from types import SimpleNamespace
 
 import pytest
 
+from nvdash.sampling import sampler as sampler_module
 from nvdash.sampling.records import GpuSample, HostInfo, HostSample, Inventory
 from nvdash.sampling.sampler import Sampler
 from nvdash.sampling.usage_records import Usage
 from nvdash.store import Store
+from tests.conftest import wait_for
 
 
 class Host:
@@ -46,18 +48,77 @@ def test_sample_once_appends_one_snapshot_with_wall_time() -> None:
     assert gpus.timeouts == [pytest.approx(0.4)]
 
 
-def test_thread_samples_at_the_interval_and_stops() -> None:
+def test_thread_samples_until_stopped_and_then_no_more() -> None:
     store = _store()
     sampler = Sampler(store, Host(), None, interval_s=0.1)
     sampler.start()
-    time.sleep(1.05)
+    wait_for(lambda: len(store), lambda rows: rows >= 10)
     sampler.stop()
-    count = len(store)
-    assert 9 <= count <= 12
-    time.sleep(0.3)
-    assert len(store) == count
-    assert sampler.stats().sweeps == count
+    # The thread has ended, so nothing can append any more.
     assert not any(thread.name == "nvdash-sampler" for thread in threading.enumerate())
+    assert sampler.stats().sweeps == len(store) >= 10
+    assert sampler.stats().errors == 0
+
+
+class SteppedClock:
+    """A monotonic clock that moves only when a reading takes time or the sampler waits."""
+
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def monotonic(self) -> float:
+        return self.now_s
+
+
+class SteppedStop:
+    """Stands in for the sampler's stop event: a wait moves the clock instead of sleeping; set after ``waits``."""
+
+    def __init__(self, clock: SteppedClock, waits: int) -> None:
+        self._clock = clock
+        self._waits = waits
+        self._set = False
+        self.timeouts: list[float] = []
+
+    def wait(self, timeout: float) -> bool:
+        self.timeouts.append(timeout)
+        self._clock.now_s += timeout
+        self._set = self._set or len(self.timeouts) >= self._waits
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+def test_thread_sweeps_once_per_interval_counted_from_each_start_and_never_catches_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = SteppedClock()
+    durations_s = [0.03, 0.03, 0.03, 0.25, 0.03, 0.03]
+
+    class SlowHost(Host):
+        def read(self) -> HostSample:
+            clock.now_s += durations_s[self.calls]
+            return super().read()
+
+    stop = SteppedStop(clock, waits=len(durations_s))
+    monkeypatch.setattr(sampler_module, "time", clock)
+    monkeypatch.setattr(sampler_module, "threading", SimpleNamespace(Event=lambda: stop, Thread=threading.Thread))
+    store = _store()
+    sampler = Sampler(store, SlowHost(), None, interval_s=0.1, wall_clock=clock.monotonic)
+    sampler.start()
+    wait_for(lambda: len(stop.timeouts), lambda waits: waits == len(durations_s))
+    sampler.stop()
+    # Each sweep waits out the rest of its interval; the one that overran it is followed by a full interval,
+    # not by a burst of sweeps to make up for the ones it missed.
+    assert [snapshot.time_s for snapshot in store.since(0)[0]] == pytest.approx(
+        [100.0, 100.1, 100.2, 100.3, 100.65, 100.75]
+    )
+    assert stop.timeouts == pytest.approx([0.07, 0.07, 0.07, 0.1, 0.07, 0.07])
+    assert sampler.stats().sweeps == 6
+    assert sampler.stats().max_sweep_s == pytest.approx(0.25)
 
 
 def test_a_failing_sweep_is_counted_and_sampling_goes_on() -> None:
@@ -69,12 +130,13 @@ def test_a_failing_sweep_is_counted_and_sampling_goes_on() -> None:
             return HostSample()
 
     store = _store()
-    sampler = Sampler(store, Flaky(), None, interval_s=0.1)
+    host = Flaky()
+    sampler = Sampler(store, host, None, interval_s=0.1)
     sampler.start()
-    time.sleep(0.55)
+    wait_for(lambda: len(store), lambda rows: rows >= 3)
     sampler.stop()
     assert sampler.stats().errors == 1
-    assert len(store) >= 3
+    assert sampler.stats().sweeps == len(store) == host.calls - 1
 
 
 def test_interval_below_minimum_is_rejected() -> None:
