@@ -46,7 +46,9 @@ def run_in_stages(doc: Document, stages: Sequence[Stage], *, staged: bool) -> No
 
     def next_stage() -> None:
         if pending:
-            pending.pop(0)()
+            # One recomputation of the document's models per stage, not one per changed property.
+            with doc.models.freeze():
+                pending.pop(0)()
         if pending:
             doc.add_next_tick_callback(next_stage)
 

@@ -12,6 +12,7 @@ TITLES = ["Utilization", "Memory used", "PCIe throughput (TX + RX)", "NVLink thr
 
 def test_gpu_resources_arrives_whole_with_one_merged_toolbar() -> None:
     with nvdash_server(["--simulate", "dgx-h100", "--interval", "0.5", "--no-history"]) as server:
+        wait_for(lambda: server.health()["store"]["rows"], lambda rows: rows >= 1)
         session = open_session(server.url, "/GPU-Resources")
         try:
             (grid,) = session.document.select({"type": GridPlot})
