@@ -5,8 +5,9 @@ pane's updates wait meanwhile. A page of many plots (GPU Resources: four plots o
 there (``benchmarks/open_stall.py``). Built in stages, the page's frame (title, controls, the data source) goes
 out first, then one plot per turn of the event loop, each sent to the browser as a patch of its own models.
 
-The stages start once a viewer is connected: run earlier, they would all be in the one document the browser
-pulls, serialized in one piece. Without a server (tests, benchmarks) they run at once.
+The stages start once the viewer has the document (the browser says so with ``DocumentReady``): run earlier,
+they would all be in the one document the browser pulls, serialized in one piece, or reach the browser as a patch
+of models it already has. Without a server (tests, benchmarks) they run at once.
 """
 
 from __future__ import annotations
@@ -14,14 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from bokeh.document import Document
+from bokeh.events import DocumentReady
 from bokeh.layouts import group_tools
 from bokeh.models import CopyTool, ExamineTool, FullscreenTool, GridPlot, Plot, SaveTool, Tool, Toolbar, ToolProxy
 
 Stage = Callable[[], None]
 
 CONNECTION_POLL_MS = 20
-"""How often a page waits for its viewer's websocket before its stages start."""
-CONNECTION_WAIT_POLLS = 250
+"""How often a page waits for its viewer before its stages start."""
+CONNECTED_WAIT_POLLS = 50
+"""A viewer that says nothing once connected (``bokeh.client`` sends no ``DocumentReady``) gets the stages after
+this many polls (1 s) from its connection: it has pulled the document by then."""
+UNCONNECTED_WAIT_POLLS = 250
 """After this many polls (5 s) without a viewer the stages run anyway."""
 
 
@@ -36,13 +41,16 @@ def _connected(doc: Document) -> bool | None:
 
 
 def run_in_stages(doc: Document, stages: Sequence[Stage], *, staged: bool) -> None:
-    """Run ``stages`` in order: all now unless ``staged``; else one per event-loop turn once a viewer is there."""
+    """Run ``stages`` in order: all now unless ``staged``; else one per event-loop turn once the viewer has the
+    document (the browser's ``DocumentReady``), so that each stage reaches it as a patch of its own."""
     if not staged or doc.session_context is None:
         for stage in stages:
             stage()
         return
     pending = list(stages)
-    polls = [0]
+    started = [False]
+    polls = [0, 0]
+    """Polls in all, and polls since a viewer connected."""
 
     def next_stage() -> None:
         if pending:
@@ -52,13 +60,27 @@ def run_in_stages(doc: Document, stages: Sequence[Stage], *, staged: bool) -> No
         if pending:
             doc.add_next_tick_callback(next_stage)
 
-    def wait_for_viewer() -> None:
-        polls[0] += 1
-        if _connected(doc) is False and polls[0] < CONNECTION_WAIT_POLLS:
-            doc.add_timeout_callback(wait_for_viewer, CONNECTION_POLL_MS)
-        else:
-            next_stage()
+    def start() -> None:
+        if not started[0]:
+            started[0] = True
+            doc.add_next_tick_callback(next_stage)
 
+    def wait_for_viewer() -> None:
+        if started[0]:
+            return
+        polls[0] += 1
+        connected = _connected(doc)
+        if connected:
+            polls[1] += 1
+        if connected is None or polls[1] >= CONNECTED_WAIT_POLLS or polls[0] >= UNCONNECTED_WAIT_POLLS:
+            start()
+        else:
+            doc.add_timeout_callback(wait_for_viewer, CONNECTION_POLL_MS)
+
+    def ready(event: object) -> None:
+        start()
+
+    doc.on_event(DocumentReady, ready)
     doc.add_timeout_callback(wait_for_viewer, CONNECTION_POLL_MS)
 
 

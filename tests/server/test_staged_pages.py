@@ -1,4 +1,4 @@
-"""A heavy page reaches its viewer in stages: the frame and data first, then a plot per turn of the event loop."""
+"""A heavy page reaches its viewer in stages: the frame first, then a plot per turn of the event loop."""
 
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ def test_gpu_resources_arrives_whole_with_one_merged_toolbar() -> None:
         session = open_session(server.url, "/GPU-Resources")
         try:
             (grid,) = session.document.select({"type": GridPlot})
-            (source,) = [s for s in session.document.select({"type": ColumnDataSource}) if "util/0" in s.data]
-            assert len(source.data["time"]) >= 1  # the data comes with the frame
 
             def state() -> tuple[list[str], int]:
                 receive_for(session, 0.2)
@@ -27,6 +25,8 @@ def test_gpu_resources_arrives_whole_with_one_merged_toolbar() -> None:
 
             wait_for(state, lambda found: found[0] == TITLES and found[1] > 0, timeout_s=60)
             plots = [child[0] for child in grid.children]
+            (source,) = [s for s in session.document.select({"type": ColumnDataSource}) if "util/0" in s.data]
+            assert len(source.data["time"]) >= 1  # the store's rows came with the first plot
             assert [row for _, row, _ in grid.children] == [0, 1, 2, 3]
             assert all(plot.toolbar_location is None for plot in plots)
             # The pan that is active from the start acts on every plot at once: one proxy holds each plot's.
