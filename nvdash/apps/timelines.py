@@ -421,7 +421,7 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
     A legend is shown once per label, above the first plot that has it (the GPUs' above the first plot);
     clicking an entry hides that series in every plot. A panel with a single new host series has none.
     A time range control above the plots switches between Live and a past range. On a server the page is
-    built in stages (:mod:`nvdash.apps.stages`): its frame first, then a plot (with the data) per turn of the event loop.
+    built in stages (:mod:`nvdash.apps.stages`): its frame first, then a plot (with the data) per event-loop turn.
     """
     dark = apply_theme(doc)
     rows, seq = ctx.store.since(0)
