@@ -54,9 +54,9 @@ def run_in_stages(doc: Document, stages: Sequence[Stage], *, staged: bool) -> No
 
     def next_stage() -> None:
         if pending:
-            # One recomputation of the document's models per stage, not one per changed property.
-            with doc.models.freeze():
-                pending.pop(0)()
+            # Not under ``doc.models.freeze()``: the patches of a shown document are made as its models change,
+            # and a patch made before the document knows its new models refers to models the viewer never gets.
+            pending.pop(0)()
         if pending:
             doc.add_next_tick_callback(next_stage)
 
