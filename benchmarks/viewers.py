@@ -1,12 +1,15 @@
 """How nvdash's cost grows with viewers: starts ``python -m nvdash --simulate dgx-h100`` and opens V viewers,
-each a bokeh.client session on all seven dashboards, and prints a table.
+each a bokeh.client session on every dashboard of ``/index.json``, and prints a table.
 
-    python benchmarks/viewers.py [--viewers 1 10 50] [--window 20] [--soak 300] [--per-worker 10]
+    python benchmarks/viewers.py [--viewers 1 10 50] [--window 20] [--per-worker 10]
+                                 [--soak 300] [--soak-viewers 20] [--soak-rows 10]
 
 Columns: NVML calls per second (counted by the fake NVML library), server CPU seconds per wall second, the
 longest event-loop stall during the window, websocket bytes received per viewer per second (counted on the
-client side), server RSS at the end of the window. The soak phase keeps the largest viewer count connected
-for ``--soak`` seconds and prints RSS over time (flat means no leak).
+client side), server RSS at the end of the window. The soak phase keeps ``--soak-viewers`` viewers (default: the
+largest count) connected for ``--soak`` seconds and prints, ``--soak-rows`` times, the server's sessions, RSS,
+threads and open file descriptors (``/proc/<pid>/status`` and ``/proc/<pid>/fd``; flat means no leak), then
+closes them and prints the same once Bokeh has discarded their sessions.
 """
 
 from __future__ import annotations
@@ -26,9 +29,7 @@ from typing import Any
 
 import psutil
 
-from nvdash.apps import APPS
-
-ROUTES = [spec.route for spec in APPS]
+SOAK_HEADER = f"| {'seconds':>7} | {'sessions':>8} | {'RSS MiB':>7} | {'threads':>7} | {'open fds':>8} |"
 
 
 def _free_port() -> int:
@@ -37,13 +38,21 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _health(url: str, reset: bool = False) -> Any:
-    with urllib.request.urlopen(url + "/health" + ("?reset=1" if reset else ""), timeout=30) as response:
+def _health(url: str, since: float | None = None) -> Any:
+    """``/health``; with ``since`` (an earlier answer's ``event_loop.at``), the longest loop stall after it."""
+    query = "" if since is None else f"?since={since!r}"
+    with urllib.request.urlopen(url + "/health" + query, timeout=30) as response:
         return json.loads(response.read())
 
 
+def _routes(url: str) -> list[str]:
+    """The dashboards this server serves."""
+    with urllib.request.urlopen(url + "/index.json", timeout=30) as response:
+        return list(json.loads(response.read()))
+
+
 def run_worker(url: str, viewers: int, ready_file: str, control_file: str, result_file: str) -> None:
-    """Hold ``viewers`` x 7 sessions, each applying its updates in a thread; report bytes received."""
+    """Hold ``viewers`` x routes sessions, each applying its updates in a thread; report bytes received."""
     from bokeh.client import pull_session
     from bokeh.client.websocket import WebSocketClientConnectionWrapper
 
@@ -78,8 +87,9 @@ def run_worker(url: str, viewers: int, ready_file: str, control_file: str, resul
         session.close()
 
     threads = []
+    routes = _routes(url)
     for _ in range(viewers):
-        for route in ROUTES:
+        for route in routes:
             # One session at a time, as people open panes: the server builds each document on its event loop.
             opened = threading.Event()
             thread = threading.Thread(target=view, args=(route, opened), daemon=True)
@@ -151,11 +161,11 @@ def measure(url: str, server: psutil.Process, viewers: Viewers, window_s: float)
     """Measure the server over ``window_s`` seconds with ``viewers`` connected, then disconnect them."""
     time.sleep(3.0)
     viewers.measure()
-    first = _health(url, reset=True)
+    first = _health(url)
     cpu_first = sum(server.cpu_times()[:2])
     started = time.monotonic()
     time.sleep(window_s)
-    last = _health(url, reset=True)
+    last = _health(url, since=first["event_loop"]["at"])
     cpu_last = sum(server.cpu_times()[:2])
     elapsed = time.monotonic() - started
     rss = server.memory_info().rss / 2**20
@@ -165,29 +175,53 @@ def measure(url: str, server: psutil.Process, viewers: Viewers, window_s: float)
         "nvml_calls_per_s": (last["fake_nvml_calls"] - first["fake_nvml_calls"]) / elapsed,
         "sweeps_per_s": (last["sampler"]["sweeps"] - first["sampler"]["sweeps"]) / elapsed,
         "cpu_s_per_s": (cpu_last - cpu_first) / elapsed,
-        "max_stall_ms": last["event_loop"]["window_max_lag_ms"],
+        "max_stall_ms": last["event_loop"]["max_lag_since_ms"],
         "ws_bytes_per_viewer_s": viewers.stop(),
         "rss_mib": rss,
     }
 
 
-def soak(server: psutil.Process, viewers: Viewers, seconds: float) -> list[tuple[float, float]]:
-    """Keep viewers connected for ``seconds`` and sample the server's RSS every tenth of it."""
+def process_counts(pid: int) -> tuple[float, int, int]:
+    """A process's resident memory (MiB), threads and open file descriptors, from ``/proc``."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    rss_mib = int(fields["VmRSS"].split()[0]) / 1024
+    return rss_mib, int(fields["Threads"]), len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def soak_row(url: str, pid: int, label: str) -> str:
+    """One line of the soak table: the server's sessions, RSS, threads and open file descriptors now."""
+    sessions = _health(url)["sessions"]
+    rss_mib, threads, fds = process_counts(pid)
+    return f"| {label:>7} | {sessions:>8} | {rss_mib:>7.1f} | {threads:>7} | {fds:>8} |"
+
+
+def wait_sessions_gone(url: str, timeout_s: float = 120.0) -> None:
+    """Wait until Bokeh has discarded every session (10 to 15 s after its viewer left)."""
+    deadline = time.monotonic() + timeout_s
+    while _health(url)["sessions"] > 0 and time.monotonic() < deadline:
+        time.sleep(1.0)
+
+
+def soak(url: str, pid: int, viewers: Viewers, seconds: float, rows: int) -> None:
+    """Keep ``viewers`` connected for ``seconds``, printing a row of :func:`soak_row` ``rows`` times (and at the
+    start); then close them and print a last row once Bokeh has discarded their sessions (10 to 15 s)."""
     viewers.measure()
-    samples = []
     started = time.monotonic()
-    for step in range(11):
-        time.sleep(max(0.0, started + seconds * step / 10 - time.monotonic()))
-        samples.append((time.monotonic() - started, server.memory_info().rss / 2**20))
+    for step in range(rows + 1):
+        time.sleep(max(0.0, started + seconds * step / rows - time.monotonic()))
+        print(soak_row(url, pid, f"{time.monotonic() - started:.0f}"), flush=True)
     viewers.stop()
-    return samples
+    wait_sessions_gone(url)
+    print(soak_row(url, pid, "closed"), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--viewers", type=int, nargs="+", default=[1, 10, 50])
     parser.add_argument("--window", type=float, default=20.0, help="seconds measured per viewer count")
-    parser.add_argument("--soak", type=float, default=300.0, help="seconds of the RSS soak (0 to skip)")
+    parser.add_argument("--soak", type=float, default=300.0, help="seconds of the soak (0 to skip)")
+    parser.add_argument("--soak-viewers", type=int, default=None, help="viewers during the soak (default: the most)")
+    parser.add_argument("--soak-rows", type=int, default=10, help="rows printed during the soak")
     parser.add_argument("--per-worker", type=int, default=10, help="viewers per client process")
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
@@ -233,13 +267,14 @@ def main() -> None:
                     flush=True,
                 )
             if args.soak > 0:
-                viewers = max(args.viewers)
-                print(f"\n# RSS over a {args.soak:g} s soak with {viewers} viewers")
-                print("| seconds | RSS MiB |")
-                print("|--------:|--------:|")
+                viewers = args.soak_viewers or max(args.viewers)
+                print(f"\n# A {args.soak:g} s soak with {viewers} viewers (a session per dashboard each)")
+                print(SOAK_HEADER)
+                print("|" + "|".join("-" * (len(cell) - 1) + ":" for cell in SOAK_HEADER.split("|")[1:-1]) + "|")
+                wait_sessions_gone(url)
+                print(soak_row(url, server.pid, "before"), flush=True)
                 group = Viewers(url, viewers, args.per_worker, workdir, "soak")
-                for seconds, rss in soak(process, group, args.soak):
-                    print(f"| {seconds:>7.0f} | {rss:>7.1f} |", flush=True)
+                soak(url, server.pid, group, args.soak, max(1, args.soak_rows))
     finally:
         server.terminate()
         server.wait(10)

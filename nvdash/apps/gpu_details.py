@@ -194,7 +194,7 @@ def selected_index(arguments: Any, gpus: Sequence[GpuInfo]) -> int | None:
     if values:
         last = values[-1]
         text = last.decode("utf-8", "replace") if isinstance(last, bytes) else str(last)
-        if text.strip().isdigit() and any(gpu.index == int(text) for gpu in gpus):
+        if text.strip().isdecimal() and any(gpu.index == int(text) for gpu in gpus):
             return int(text)
     return gpus[0].index if gpus else None
 
@@ -356,7 +356,7 @@ def build(doc: Document, ctx: AppContext) -> None:
     select = Select(value=str(index), options=options, width=260, height=30, sizing_mode="fixed")
 
     def selected(_attr: str, _old: Any, new: Any) -> None:
-        if str(new).isdigit() and int(new) in by_index:
+        if str(new).isdecimal() and int(new) in by_index:
             view.switch(by_index[int(new)])
 
     select.on_change("value", selected)

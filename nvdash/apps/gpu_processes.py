@@ -111,6 +111,13 @@ def _chosen(value: str) -> str | None:
     return None if value == ALL else value
 
 
+def _gpu_index(value: str | None) -> int | None:
+    """The chosen GPU's index; a value no option has (only a forged message sends one) matches no GPU."""
+    if value is None:
+        return None
+    return int(value) if value.isdecimal() else -1
+
+
 def _labelled(dark: bool) -> list[Any]:
     """A widget title readable on the page's theme."""
     return [InlineStyleSheet(css=f"label {{ color: {text_color(dark)}; }}")]
@@ -161,8 +168,7 @@ class ProcessesView:
 
     def filter(self) -> ProcessFilter:
         """What the filter widgets say now."""
-        gpu = _chosen(self.gpu.value)
-        return ProcessFilter(gpu=None if gpu is None else int(gpu), user=_chosen(self.user.value),
+        return ProcessFilter(gpu=_gpu_index(_chosen(self.gpu.value)), user=_chosen(self.user.value),
                              namespace=_chosen(self.namespace.value), pod=_chosen(self.pod.value),
                              text=self.text.value_input or "")
 

@@ -27,7 +27,7 @@ from nvdash.apps.context import AppContext
 from nvdash.apps.figures import text_color
 from nvdash.apps.theme import request_arguments
 from nvdash.history.query import HistoryResult
-from nvdash.history.ranges import LIVE, PRESETS, RangeError, TimeRange, parse_duration, resolve
+from nvdash.history.ranges import LATEST_S, LIVE, PRESETS, RangeError, TimeRange, parse_duration, resolve
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +227,8 @@ class TimeRangeControl:
             self.status.text = "pick both from and to"
         elif start_s >= end_s:
             self.status.text = "from must be before to"
+        elif start_s < 0 or end_s > LATEST_S:
+            self.status.text = "pick times between 1970 and 9999"
         else:
             self.show(TimeRange(start_s, end_s, CUSTOM))
 

@@ -31,9 +31,19 @@ def parse_duration(text: str, units: str = "smhdw") -> float:
     return seconds
 
 
+LATEST_S = 253_402_300_799.0
+"""9999-12-31T23:59:59Z, the last moment a date is written for; times run from the epoch to it."""
+
+
+def _within_dates(seconds: float, text: str) -> float:
+    if not 0.0 <= seconds <= LATEST_S:
+        raise RangeError(f"{text!r} is out of range: times run from 1970 to 9999")
+    return seconds
+
+
 def parse_time(text: str) -> float:
     """Seconds since the epoch from Unix seconds (``1732272442``) or ISO 8601 (``2026-11-21T08:00``, local when
-    no zone is given; ``Z`` for UTC)."""
+    no zone is given; ``Z`` for UTC), between 1970 and 9999."""
     stripped = (text or "").strip()
     try:
         value = float(stripped)
@@ -42,12 +52,16 @@ def parse_time(text: str) -> float:
     else:
         if not math.isfinite(value):
             raise RangeError(f"{text!r} is not a time")
-        return value / 1000.0 if value > 1e11 else value
+        return _within_dates(value / 1000.0 if value > 1e11 else value, text)
     try:
         moment = datetime.fromisoformat(stripped.replace("Z", "+00:00").replace(" ", "T", 1))
     except ValueError:
         raise RangeError(f"{text!r} is not a time: use ISO 8601 (2026-11-21T08:00:00Z) or Unix seconds") from None
-    return moment.timestamp()
+    try:
+        seconds = moment.timestamp()
+    except (OverflowError, ValueError, OSError):  # a naive time near year 1 or 9999 in the local zone
+        raise RangeError(f"{text!r} is out of range: times run from 1970 to 9999") from None
+    return _within_dates(seconds, text)
 
 
 @dataclass(frozen=True)

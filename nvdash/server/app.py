@@ -42,6 +42,7 @@ from nvdash.server.pages import (
     render_index,
     render_unavailable,
 )
+from nvdash.server.preflight import refuse_preflights_without_origin
 from nvdash.server.snapshot import snapshot_json
 from nvdash.server.stalled import StalledViewers
 from nvdash.server.usage_json import processes_json
@@ -269,6 +270,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         include_cookies=[],
     )
     _allow_bracketed_origins(server, [origin for origin in origins if origin.startswith("[")])
+    refuse_preflights_without_origin(server)
     holder.append(server)
     return server
 

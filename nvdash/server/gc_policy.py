@@ -10,6 +10,11 @@ default young threshold (700 allocations) many of them are caught alive and prom
 came every few seconds (8 of 63-257 ms in one minute with 10 viewers). A larger young threshold lets them
 die young first; none came in the same minute. Objects that live as long as the server (modules, the apps'
 code) are frozen at start-up so that full collections do not walk them.
+
+A discarded document is itself garbage in reference cycles (Bokeh's models point back at their document) that
+was promoted to the oldest generation long before, so only a full collection frees it. Left to Python's
+thresholds, the documents of about a hundred closed panes (around 1 MiB each) piled up first (the churn test in
+``tests/server/test_churn.py``); so every :data:`FULL_EVERY` discarded documents, the collection is a full one.
 """
 
 from __future__ import annotations
@@ -20,12 +25,23 @@ from typing import Any
 
 import bokeh.document.document as bokeh_document
 
+FULL_EVERY = 10
+"""One discarded document in this many gets a full collection, which frees the ones discarded before it."""
+
 
 class YoungCollector:
-    """Stands in for the ``gc`` module inside Bokeh's document module: ``collect()`` is generation 1."""
+    """Stands in for the ``gc`` module inside Bokeh's document module: ``collect()`` is generation 1, and
+    every ``full_every``-th call a full collection."""
+
+    def __init__(self, full_every: int = FULL_EVERY) -> None:
+        self._full_every = full_every
+        self._calls = 0
 
     def collect(self, generation: int = 2) -> int:
-        """Collect generations 0 and 1 only, whatever was asked."""
+        """Collect generations 0 and 1 only, whatever was asked, except on every ``full_every``-th call."""
+        self._calls += 1
+        if self._calls % self._full_every == 0:
+            return gc.collect(generation)
         return gc.collect(min(generation, 1))
 
     def __getattr__(self, name: str) -> Any:
@@ -33,7 +49,7 @@ class YoungCollector:
 
 
 def install(document_module: ModuleType = bokeh_document) -> None:
-    """Make Bokeh's session clean-up collect young garbage only (idempotent)."""
+    """Make Bokeh's session clean-up collect young garbage, and all of it only now and then (idempotent)."""
     if not isinstance(getattr(document_module, "gc", None), YoungCollector):
         document_module.gc = YoungCollector()  # type: ignore[attr-defined]
 

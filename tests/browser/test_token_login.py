@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page
 
-from tests.browser.chromium import artifact, chromium
+from tests.browser.chromium import artifact, changes, chromium, wait_until_drawn
 from tests.conftest import NvdashServer, nvdash_server
 
 pytestmark = pytest.mark.browser
@@ -43,15 +43,9 @@ def watch_errors(page: Page) -> list[str]:
 def assert_streams(page: Page, name: str) -> None:
     """The page draws a canvas that changes: its websocket delivers the live data."""
     page.wait_for_selector("canvas", state="attached", timeout=20_000)
-    page.wait_for_timeout(1_500)
-    first = page.screenshot()
-    second = first
-    for _ in range(4):  # the simulated job has data-loader stalls of a few seconds: look for up to 10 s
-        page.wait_for_timeout(2_500)
-        second = page.screenshot(path=str(artifact(name)))
-        if second != first:
-            break
-    assert second != first, f"{page.url} did not change on screen in 10 s"
+    wait_until_drawn(page)
+    assert changes(page.screenshot), f"{page.url} did not change on screen"
+    page.screenshot(path=str(artifact(name)))
 
 
 def test_the_printed_url_then_a_bookmark_without_the_token(server: NvdashServer, browser: Browser) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,6 +53,43 @@ def test_with_the_policy_a_destroyed_document_costs_a_young_collection_only(coll
     assert collections
     assert max(collections) <= 1
     assert bokeh_document.gc.isenabled() == gc.isenabled()
+
+
+def test_every_tenth_destroyed_document_gets_a_full_collection_that_frees_the_ones_before(
+        collections: list[int]) -> None:
+    docs = [_old_document() for _ in range(gc_policy.FULL_EVERY)]
+    refs = [weakref.ref(doc) for doc, _ in docs]
+    bokeh_document.gc = gc_policy.YoungCollector()  # type: ignore[attr-defined]
+    enabled = gc.isenabled()
+    gc.disable()  # only the collections the policy asks for
+    try:
+        collections.clear()
+        while len(docs) > 1:
+            doc, session = docs.pop(0)
+            doc.destroy(session)
+            del doc
+        assert max(collections) <= 1
+        assert all(ref() is not None for ref in refs[:-1]), "cycles that only a full collection frees"
+        doc, session = docs.pop()
+        doc.destroy(session)
+        assert max(collections) == 2
+        assert all(ref() is None for ref in refs[:-1])
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _old_document() -> tuple[Document, object]:
+    """A document in the oldest generation, as one that was open for a while in the server is."""
+    doc = Document()
+    source = ColumnDataSource(data={"x": [1, 2, 3]})
+    source.on_change("data", lambda _attr, _old, _new: doc)  # a cycle through the document, as the apps make
+    doc.add_root(source)
+    session = object()
+    doc.on_change_dispatch_to(session)
+    gc.freeze()
+    gc.unfreeze()  # everything tracked, the document too, is now in the oldest generation
+    return doc, session
 
 
 def test_thresholds_let_short_lived_objects_die_young() -> None:

@@ -361,6 +361,13 @@ def test_parse_time_refuses_what_is_not_a_time(text: str) -> None:
     assert "\n" not in str(refused.value)
 
 
+@pytest.mark.parametrize("text", ["-5", "1e18", "1e15", "0001-01-01", "0001-01-01T00:00:00+14:00",
+                                  "9999-12-31T23:59:59-14:00"])
+def test_parse_time_refuses_a_time_before_1970_or_after_9999(text: str) -> None:
+    with pytest.raises(RangeError, match="out of range"):
+        parse_time(text)
+
+
 NOW = utc("2026-11-22 12:00")
 
 
