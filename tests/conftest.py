@@ -112,10 +112,15 @@ def nvdash_server(
                 time.sleep(0.1)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_process(process)
         log.close()
+
+
+def stop_process(process: subprocess.Popen[Any]) -> None:
+    """Stop a server as an operator would (SIGTERM), killing it if it has not exited within 10 s."""
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)

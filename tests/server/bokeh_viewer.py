@@ -8,12 +8,25 @@ import time
 from typing import Any
 
 from bokeh.client import ClientSession, pull_session
-from bokeh.models import ColumnDataSource
+from bokeh.models import ColumnDataSource, GridPlot
+
+from tests.conftest import wait_for
 
 
 def open_session(url: str, route: str) -> ClientSession:
-    """A client session on ``route``, as a browser tab would open it."""
-    return pull_session(url=url + route)
+    """A client session on ``route``, as a browser tab would open it, once the whole page has arrived.
+
+    Timeline pages are built in stages after the document is pulled (``nvdash.apps.stages``): their grid of plots
+    gets its merged toolbar with the last stage.
+    """
+    session = pull_session(url=url + route)
+
+    def built() -> bool:
+        receive_for(session, 0.1)
+        return all(len(grid.toolbar.tools) for grid in session.document.select({"type": GridPlot}))
+
+    wait_for(built, bool, timeout_s=60)
+    return session
 
 
 def receive_for(session: ClientSession, seconds: float) -> None:

@@ -28,7 +28,7 @@ from nvdash.apps import APPS, Requirement
 from nvdash.sampling.host_source import interface_addresses
 from nvdash.server.access import url_host
 from nvdash.server.auth import WRONG_TOKEN
-from tests.conftest import NvdashServer, free_port, nvdash_env, nvdash_server, wait_for
+from tests.conftest import NvdashServer, free_port, nvdash_env, nvdash_server, stop_process, wait_for
 from tests.unit.test_auth import make_certificate
 
 WILDCARD = ["--simulate", "dgx-h100", "--host", "0.0.0.0", "--interval", "0.25"]
@@ -321,12 +321,7 @@ def tls_server(args: list[str], certificate: Path) -> Iterator[tuple[NvdashServe
         wait_for(answer, lambda status: status == 200, timeout_s=40)
         yield server, context
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_process(process)
         log.close()
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from bokeh.client import pull_session
 from bokeh.models import ColumnDataSource, GridPlot, Plot, ToolProxy
 
 from tests.conftest import nvdash_server, wait_for
-from tests.server.bokeh_viewer import open_session, receive_for
+from tests.server.bokeh_viewer import receive_for
 
 TITLES = ["Utilization", "Memory used", "PCIe throughput (TX + RX)", "NVLink throughput (TX + RX)"]
 
@@ -13,7 +14,7 @@ TITLES = ["Utilization", "Memory used", "PCIe throughput (TX + RX)", "NVLink thr
 def test_gpu_resources_arrives_whole_with_one_merged_toolbar() -> None:
     with nvdash_server(["--simulate", "dgx-h100", "--interval", "0.5", "--no-history"]) as server:
         wait_for(lambda: server.health()["store"]["rows"], lambda rows: rows >= 1)
-        session = open_session(server.url, "/GPU-Resources")
+        session = pull_session(url=server.url + "/GPU-Resources")  # not waiting for the stages
         try:
             (grid,) = session.document.select({"type": GridPlot})
 
