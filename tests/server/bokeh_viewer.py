@@ -22,8 +22,10 @@ def open_session(url: str, route: str) -> ClientSession:
     session = pull_session(url=url + route)
 
     def built() -> bool:
-        receive_for(session, 0.1)
-        return all(len(grid.toolbar.tools) for grid in session.document.select({"type": GridPlot}))
+        if all(len(grid.toolbar.tools) for grid in session.document.select({"type": GridPlot})):
+            return True
+        receive_for(session, 0.1)  # only a live page: a static one sends nothing that would end this
+        return False
 
     wait_for(built, bool, timeout_s=60)
     return session
