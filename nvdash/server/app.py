@@ -123,6 +123,25 @@ def _sampler_json(sampler: Sampler | None) -> dict[str, Any] | None:
     }
 
 
+def _consistent_counts(runtime: Runtime) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The sampler's numbers and the simulated library's call counts as of one moment between two sweeps' ends.
+
+    The sampler runs in its own thread; the counts are read between two equal readings of its sweep count (tried a
+    few times), so a sweep that ended while they were read is not counted in one and missed in the other.
+    """
+    for _ in range(5):
+        sampler = _sampler_json(runtime.sampler)
+        counts: dict[str, Any] = {}
+        if runtime.fake_nvml_calls is not None:
+            counts["fake_nvml_calls"] = runtime.fake_nvml_calls()
+        if runtime.fake_nvml_call_counts is not None:
+            counts["fake_nvml_call_counts"] = runtime.fake_nvml_call_counts()
+        again = _sampler_json(runtime.sampler)
+        if sampler is None or again is None or again["sweeps"] == sampler["sweeps"]:
+            break
+    return sampler, counts
+
+
 def _since(text: str) -> float | None:
     if not text:
         return None
@@ -150,10 +169,11 @@ def health(
     sessions = 0
     if current is not None:
         sessions = sum(len(current.get_sessions(route)) for route in routes)
+    sampler, counts = _consistent_counts(runtime)
     result: dict[str, Any] = {
         "status": "ok",
         "started_at": runtime.started_at,
-        "sampler": _sampler_json(runtime.sampler),
+        "sampler": sampler,
         "history": history_health(runtime.history),
         "store": {"rows": len(runtime.store), "capacity": runtime.store.capacity, "last_seq": runtime.store.last_seq},
         "nvml_calls": runtime.nvml_calls(),
@@ -164,10 +184,7 @@ def health(
         "xid_events": runtime.xid_status,
         "events": runtime.store.event_seq,
     }
-    if runtime.fake_nvml_calls is not None:
-        result["fake_nvml_calls"] = runtime.fake_nvml_calls()
-    if runtime.fake_nvml_call_counts is not None:
-        result["fake_nvml_call_counts"] = runtime.fake_nvml_call_counts()
+    result.update(counts)
     return result
 
 
