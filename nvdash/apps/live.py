@@ -29,37 +29,58 @@ class Follower:
     While ``pause`` is active nothing is read; the store keeps the rows, so resuming catches up. So it is while
     ``doc`` has no viewer that takes updates (:func:`~nvdash.apps.backpressure.viewers_ready`) and while nobody can
     see it (:mod:`nvdash.apps.visibility`).
+
+    With ``batch`` > 1 rows are handed on ``batch`` at a time, up to a sequence number that is a multiple of
+    ``batch``: every session of a route then hands on the very same rows (their columns are computed once, see
+    :mod:`nvdash.apps.shared_ticks`). Catching up after a pause or when seen again hands on everything at once.
     """
 
     def __init__(self, store: Store, seq: int, on_rows: RowsHandler, pause: Toggle | None = None,
-                 doc: Document | None = None) -> None:
+                 doc: Document | None = None, *, batch: int = 1) -> None:
         self.store = store
         self.seq = seq
         self.on_rows = on_rows
         self.pause = pause
         self.doc = doc
+        self.batch = max(1, batch)
 
     def poll(self) -> None:
-        """Push the rows newer than the last seen; do nothing when paused or when nothing is new."""
+        """Push the rows newer than the last seen (a whole batch of them); nothing when paused or nothing is new."""
+        self._poll(whole_batches=True)
+
+    def _poll(self, whole_batches: bool) -> None:
         if self.pause is not None and self.pause.active:
             return
         if self.doc is not None and (not viewers_ready(self.doc) or hidden_flag(self.doc).disabled):
             return
-        rows, self.seq = self.store.since(self.seq)
+        if whole_batches and self.batch > 1:
+            last = self.store.last_seq
+            if last - last % self.batch <= self.seq:
+                return
+        rows, last = self.store.since(self.seq)
+        if whole_batches and self.batch > 1:
+            boundary = last - last % self.batch
+            rows = rows[:max(0, len(rows) - (last - boundary))]
+            last = boundary
+        self.seq = last
         if rows:
             self.on_rows(rows)
+
+    def catch_up(self) -> None:
+        """Push every row newer than the last seen, whole batch or not."""
+        self._poll(whole_batches=False)
 
     def toggled(self, _attr: str, _old: Any, paused: Any) -> None:
         """Relabel the pause button; on resume, catch up at once rather than at the next tick."""
         if self.pause is not None:
             self.pause.label = RESUME_LABEL if paused else PAUSE_LABEL
         if not paused:
-            self.poll()
+            self.catch_up()
 
     def seen(self, _attr: str, _old: Any, hidden: Any) -> None:
         """Catch up at once when the page can be seen again."""
         if not hidden:
-            self.poll()
+            self.catch_up()
 
 
 def period_ms(ctx: AppContext) -> int:
@@ -67,11 +88,23 @@ def period_ms(ctx: AppContext) -> int:
     return max(1, math.ceil(ctx.interval_s * 1000))
 
 
+TIMELINE_REFRESH_S = 1.0
+"""Timelines are redrawn about once a second, not at every sample: a redraw costs the viewer's browser the same
+whether it adds one row or two, and at the default 0.5 s interval ten minutes of samples are about as many as a
+plot has pixels across, so one more sample moves a line by about a pixel (``benchmarks/browser_cpu.py``)."""
+
+
+def timeline_batch(ctx: AppContext) -> int:
+    """Rows per timeline update: as many as are sampled in :data:`TIMELINE_REFRESH_S` (at least one)."""
+    return max(1, round(TIMELINE_REFRESH_S / ctx.interval_s))
+
+
 def follow(
-    doc: Document, ctx: AppContext, seq: int, on_rows: RowsHandler, pause: Toggle | None = None
+    doc: Document, ctx: AppContext, seq: int, on_rows: RowsHandler, pause: Toggle | None = None, *, batch: int = 1
 ) -> Follower:
-    """Register the document's one periodic callback, starting after sequence number ``seq``."""
-    follower = Follower(ctx.store, seq, on_rows, pause, doc)
+    """Register the document's one periodic callback, starting after sequence number ``seq``; rows are handed on
+    ``batch`` at a time (see :class:`Follower`)."""
+    follower = Follower(ctx.store, seq, on_rows, pause, doc, batch=batch)
     doc.add_periodic_callback(follower.poll, period_ms(ctx))
     if pause is not None:
         pause.on_change("active", follower.toggled)

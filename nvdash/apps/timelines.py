@@ -32,7 +32,7 @@ from nvdash.apps.figures import (
     timeline_figure,
     timeline_range,
 )
-from nvdash.apps.live import Follower, follow, pause_toggle, streamable
+from nvdash.apps.live import Follower, follow, pause_toggle, streamable, timeline_batch
 from nvdash.apps.rows import FloatArray, column, gpu_sample, gpu_value, time_ms
 from nvdash.apps.shared_ticks import TickCache
 from nvdash.apps.stages import Stage, StagedGrid, run_in_stages
@@ -435,7 +435,7 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
     view = TimelineView(ctx.store, panels, source, layers, legends, ticks=ctx.ticks, name=title)
     pause = pause_toggle()
     view.control = TimeRangeControl(doc, ctx, view, x_range, pause=pause, dark=dark)
-    view.follower = follow(doc, ctx, seq, view.on_rows, pause)
+    view.follower = follow(doc, ctx, seq, view.on_rows, pause, batch=timeline_batch(ctx))
     grid = StagedGrid()
     add_page(doc, title, row(*view.control.widgets(), sizing_mode="stretch_width"), grid.plot, dark=dark)
     items: dict[str, LegendItem] = {}
