@@ -11,22 +11,30 @@ came every few seconds (8 of 63-257 ms in one minute with 10 viewers). A larger 
 die young first; none came in the same minute. Objects that live as long as the server (modules, the apps'
 code) are frozen at start-up so that full collections do not walk them.
 
-A discarded document is itself garbage in reference cycles (Bokeh's models point back at their document) that
-was promoted to the oldest generation long before, so only a full collection frees it. Left to Python's
-thresholds, the documents of about a hundred closed panes (around 1 MiB each) piled up first (the churn test in
-``tests/server/test_churn.py``); so every :data:`FULL_EVERY` discarded documents, the collection is a full one.
+A discarded document is itself garbage in reference cycles (Bokeh's models point back at their document, each
+property's list or dict at its model) that was promoted to the oldest generation long before, so only a full
+collection would free it. Left to Python's thresholds, the documents of about a hundred closed panes (around
+1 MiB each) piled up (the churn test in ``tests/server/test_churn.py``). So once Bokeh has destroyed a document,
+nvdash breaks its models' cycles (:func:`scrub`): reference counting frees the models, their columns and their
+property values at once. What is left in cycles (the apps' closures and views, about 0.1 MiB of a GPU Resources
+page) waits for a full collection, one every :data:`FULL_EVERY` discarded documents.
 """
 
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
 import bokeh.document.document as bokeh_document
+from bokeh.core.property.wrappers import PropertyValueContainer
+from bokeh.document import Document
+from bokeh.model import Model
 
-FULL_EVERY = 10
-"""One discarded document in this many gets a full collection, which frees the ones discarded before it."""
+FULL_EVERY = 100
+"""One discarded document in this many gets a full collection, which frees what :func:`scrub` left of the ones
+discarded before it (a full collection walks every object: with 70 open pages it held the loop 0.5 s)."""
 
 
 class YoungCollector:
@@ -48,10 +56,35 @@ class YoungCollector:
         return getattr(gc, name)
 
 
+def scrub(models: Iterable[Model]) -> None:
+    """Break the reference cycles of a destroyed document's models: each property container forgets its owners
+    and each model its attributes. Only for models nothing will use again."""
+    for model in models:
+        for values in (model._property_values, model._unstable_default_values, model._unstable_themed_values):
+            for held in values.values():
+                if isinstance(held, PropertyValueContainer):
+                    held._owners.clear()
+        model.__dict__.clear()
+
+
+def _scrubbing(destroy: Callable[[Document, Any], None]) -> Callable[[Document, Any], None]:
+    def destroy_and_scrub(document: Document, session: Any) -> None:
+        models = list(document.models)
+        destroy(document, session)
+        scrub(models)
+
+    destroy_and_scrub.scrubs = True  # type: ignore[attr-defined]
+    return destroy_and_scrub
+
+
 def install(document_module: ModuleType = bokeh_document) -> None:
-    """Make Bokeh's session clean-up collect young garbage, and all of it only now and then (idempotent)."""
+    """Make Bokeh's session clean-up scrub the document's models and collect young garbage, and all of it only
+    now and then (idempotent)."""
     if not isinstance(getattr(document_module, "gc", None), YoungCollector):
         document_module.gc = YoungCollector()  # type: ignore[attr-defined]
+    document_class = document_module.Document
+    if not getattr(document_class.destroy, "scrubs", False):
+        document_class.destroy = _scrubbing(document_class.destroy)
 
 
 YOUNG_THRESHOLD = 50_000

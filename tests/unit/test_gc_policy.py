@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import bokeh.document.document as bokeh_document
+import numpy as np
 import pytest
 from bokeh.document import Document
 from bokeh.models import ColumnDataSource
@@ -25,12 +26,14 @@ def collections() -> Iterator[list[int]]:
             seen.append(int(info["generation"]))
 
     saved = bokeh_document.gc
+    saved_destroy = Document.destroy
     gc.callbacks.append(record)
     try:
         yield seen
     finally:
         gc.callbacks.remove(record)
         bokeh_document.gc = saved  # type: ignore[attr-defined]
+        Document.destroy = saved_destroy  # type: ignore[method-assign]
 
 
 def _destroy_a_document() -> None:
@@ -55,7 +58,39 @@ def test_with_the_policy_a_destroyed_document_costs_a_young_collection_only(coll
     assert bokeh_document.gc.isenabled() == gc.isenabled()
 
 
-def test_every_tenth_destroyed_document_gets_a_full_collection_that_frees_the_ones_before(
+def _freed_without_a_full_collection(destroy_count: int = 1) -> bool:
+    """Whether the models of an old document with a cycle through a callback die as it is destroyed."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        doc, session = _old_document()
+        source = weakref.ref(doc.roots[0])
+        column = weakref.ref(doc.roots[0].data["x"])
+        doc.destroy(session)
+        del doc
+        gc.collect(1)
+        return source() is None and column() is None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def test_without_the_policy_the_models_of_a_destroyed_document_wait_for_a_full_collection(
+        collections: list[int]) -> None:
+    bokeh_document.gc = gc_policy.YoungCollector()  # type: ignore[attr-defined]
+    assert not _freed_without_a_full_collection()
+    gc.collect()
+
+
+def test_with_the_policy_the_models_and_their_columns_are_freed_as_the_document_is_destroyed(
+        collections: list[int]) -> None:
+    gc_policy.install()
+    gc_policy.install()
+    assert getattr(Document.destroy, "scrubs", False)
+    assert _freed_without_a_full_collection()
+
+
+def test_every_hundredth_destroyed_document_gets_a_full_collection_that_frees_the_ones_before(
         collections: list[int]) -> None:
     docs = [_old_document() for _ in range(gc_policy.FULL_EVERY)]
     refs = [weakref.ref(doc) for doc, _ in docs]
@@ -82,7 +117,7 @@ def test_every_tenth_destroyed_document_gets_a_full_collection_that_frees_the_on
 def _old_document() -> tuple[Document, object]:
     """A document in the oldest generation, as one that was open for a while in the server is."""
     doc = Document()
-    source = ColumnDataSource(data={"x": [1, 2, 3]})
+    source = ColumnDataSource(data={"x": np.arange(3.0)})
     source.on_change("data", lambda _attr, _old, _new: doc)  # a cycle through the document, as the apps make
     doc.add_root(source)
     session = object()
