@@ -2,7 +2,7 @@
 each a bokeh.client session on every dashboard of ``/index.json``, and prints a table.
 
     python benchmarks/viewers.py [--viewers 1 10 50] [--window 20] [--per-worker 10]
-                                 [--soak 300] [--soak-viewers 20] [--soak-rows 10]
+                                 [--soak 300] [--soak-viewers 20] [--soak-rows 10] [--routes /A /B ...]
 
 Columns: NVML calls per second (counted by the fake NVML library), server CPU seconds per wall second, the
 longest event-loop stall during the window, websocket bytes received per viewer per second (counted on the
@@ -51,8 +51,10 @@ def _routes(url: str) -> list[str]:
         return list(json.loads(response.read()))
 
 
-def run_worker(url: str, viewers: int, ready_file: str, control_file: str, result_file: str) -> None:
-    """Hold ``viewers`` x routes sessions, each applying its updates in a thread; report bytes received."""
+def run_worker(url: str, viewers: int, ready_file: str, control_file: str, result_file: str, *,
+               routes: list[str] | None = None) -> None:
+    """Hold ``viewers`` x ``routes`` sessions (default: every dashboard), each applying its updates in a thread;
+    report bytes received."""
     from bokeh.client import pull_session
     from bokeh.client.websocket import WebSocketClientConnectionWrapper
 
@@ -87,7 +89,7 @@ def run_worker(url: str, viewers: int, ready_file: str, control_file: str, resul
         session.close()
 
     threads = []
-    routes = _routes(url)
+    routes = routes or _routes(url)
     for _ in range(viewers):
         for route in routes:
             # One session at a time, as people open panes: the server builds each document on its event loop.
@@ -116,7 +118,8 @@ def run_worker(url: str, viewers: int, ready_file: str, control_file: str, resul
 class Viewers:
     """``count`` viewers spread over client processes; ``measure()`` and ``stop()`` steer them all."""
 
-    def __init__(self, url: str, count: int, per_worker: int, workdir: Path, tag: str) -> None:
+    def __init__(self, url: str, count: int, per_worker: int, workdir: Path, tag: str, *,
+                 routes: list[str] | None = None) -> None:
         self.count = count
         self._control = workdir / f"control-{tag}"
         self._control.write_text("warmup")
@@ -133,6 +136,7 @@ class Viewers:
                 str(ready),
                 str(self._control),
                 str(result),
+                *(routes or []),
             ]
             self._workers.append((subprocess.Popen(command), ready, result))
         deadline = time.monotonic() + 300
@@ -224,11 +228,13 @@ def main() -> None:
     parser.add_argument("--soak-rows", type=int, default=10, help="rows printed during the soak")
     parser.add_argument("--per-worker", type=int, default=10, help="viewers per client process")
     parser.add_argument("--interval", type=float, default=0.5)
-    parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--routes", nargs="+", default=None,
+                        help="the dashboards each viewer opens (default: every one of /index.json)")
+    parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        url, count, ready, stop, result = args.worker
-        run_worker(url, int(count), ready, stop, result)
+        url, count, ready, stop, result, *routes = args.worker
+        run_worker(url, int(count), ready, stop, result, routes=routes)
         return
 
     port = _free_port()
@@ -258,7 +264,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             workdir = Path(tmp)
             for viewers in args.viewers:
-                group = Viewers(url, viewers, args.per_worker, workdir, f"v{viewers}")
+                group = Viewers(url, viewers, args.per_worker, workdir, f"v{viewers}", routes=args.routes)
                 row = measure(url, process, group, args.window)
                 print(
                     f"| {row['viewers']:>7.0f} | {row['sessions']:>8.0f} | {row['nvml_calls_per_s']:>12.1f} "
@@ -273,7 +279,7 @@ def main() -> None:
                 print("|" + "|".join("-" * (len(cell) - 1) + ":" for cell in SOAK_HEADER.split("|")[1:-1]) + "|")
                 wait_sessions_gone(url)
                 print(soak_row(url, server.pid, "before"), flush=True)
-                group = Viewers(url, viewers, args.per_worker, workdir, "soak")
+                group = Viewers(url, viewers, args.per_worker, workdir, "soak", routes=args.routes)
                 soak(url, server.pid, group, args.soak, max(1, args.soak_rows))
     finally:
         server.terminate()
