@@ -27,7 +27,7 @@ from nvdash.apps.figures import (
     gpu_description,
     gpu_label,
 )
-from nvdash.apps.live import follow, latest
+from nvdash.apps.live import follow, latest, refresh_batch
 from nvdash.apps.process_bars import bar_categories, refresh, refresh_factors
 from nvdash.apps.process_usage import GPU_BAR_HEIGHT, MIG_BAR_HEIGHT, instance_text, mig_rows
 from nvdash.apps.rows import gpu_memory_total, gpu_reading
@@ -111,7 +111,7 @@ def build(doc: Document, ctx: AppContext) -> None:
         refresh_factors(categories, data["gpu"])
         refresh(source, data)
 
-    follow(doc, ctx, seq, show)
+    follow(doc, ctx, seq, show, batch=refresh_batch(ctx))
     fig.hbar(y="gpu", left=0, right=100, height="height", source=source, color=LOST_COLOR,
              alpha=BACKGROUND_ALPHA)
     reserved = fig.hbar(y="gpu", left="reserved_left", right=100, height="height", source=source, line_color=None,

@@ -88,15 +88,16 @@ def period_ms(ctx: AppContext) -> int:
     return max(1, math.ceil(ctx.interval_s * 1000))
 
 
-TIMELINE_REFRESH_S = 1.0
-"""Timelines are redrawn about once a second, not at every sample: a redraw costs the viewer's browser the same
-whether it adds one row or two, and at the default 0.5 s interval ten minutes of samples are about as many as a
-plot has pixels across, so one more sample moves a line by about a pixel (``benchmarks/browser_cpu.py``)."""
+REFRESH_S = 1.0
+"""The classic dashboards are redrawn about once a second, not at every sample. A redraw costs the viewer's
+browser the same whether it adds one row or two (``benchmarks/browser_cpu.py``); at the default 0.5 s interval
+ten minutes of samples are about as many as a timeline has pixels across, so a sample moves a line by about a
+pixel; every sample is still drawn, and the throughput bars' peak markers still see every sample."""
 
 
-def timeline_batch(ctx: AppContext) -> int:
-    """Rows per timeline update: as many as are sampled in :data:`TIMELINE_REFRESH_S` (at least one)."""
-    return max(1, round(TIMELINE_REFRESH_S / ctx.interval_s))
+def refresh_batch(ctx: AppContext) -> int:
+    """Rows per update of a page redrawn every :data:`REFRESH_S`: the samples taken meanwhile (at least one)."""
+    return max(1, round(REFRESH_S / ctx.interval_s))
 
 
 def follow(
@@ -161,12 +162,13 @@ def patch_changed(source: ColumnDataSource, data: dict[str, list[Any]]) -> None:
 def follow_latest(
     doc: Document, ctx: AppContext, columns: Callable[[Snapshot | None], dict[str, list[Any]]], share: Hashable
 ) -> ColumnDataSource:
-    """A bar-chart source filled from the newest snapshot and patched with each newer one.
+    """A bar-chart source filled from the newest snapshot and patched with a newer one every :data:`REFRESH_S`.
 
     ``share`` names the computation: every session asking with the same name gets the columns of a snapshot
     computed once (so ``columns`` must depend on nothing but the snapshot and what the name says).
     """
     snapshot, seq = latest(ctx.store)
     source = ColumnDataSource(data=ctx.ticks.latest(share, snapshot, columns))
-    follow(doc, ctx, seq, lambda rows: patch_changed(source, ctx.ticks.latest(share, rows[-1], columns)))
+    follow(doc, ctx, seq, lambda rows: patch_changed(source, ctx.ticks.latest(share, rows[-1], columns)),
+           batch=refresh_batch(ctx))
     return source

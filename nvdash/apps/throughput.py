@@ -32,7 +32,7 @@ from nvdash.apps.figures import (
     legend_item,
     text_color,
 )
-from nvdash.apps.live import follow, patch_changed
+from nvdash.apps.live import follow, patch_changed, refresh_batch
 from nvdash.apps.rows import gpu_reading, largest, nan_if_none
 from nvdash.apps.theme import apply_theme
 from nvdash.sampling.records import GpuInfo, GpuSample, Snapshot
@@ -157,7 +157,7 @@ def build_throughput(
 
     data, seq = current()
     source = ColumnDataSource(data=data)
-    follow(doc, ctx, seq, lambda _new: patch_changed(source, current()[0]))
+    follow(doc, ctx, seq, lambda _new: patch_changed(source, current()[0]), batch=refresh_batch(ctx))
     fig = bar_figure(f"{title} per direction (pale bar: each GPU's link maximum)",
                      [gpu_label(gpu) for gpu in gpus], value_label="rate", unit=Unit.RATE,
                      maximum=largest(maxima), vertical=True)

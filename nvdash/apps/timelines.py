@@ -21,6 +21,7 @@ from bokeh.plotting import figure
 
 from nvdash.apps.context import AppContext
 from nvdash.apps.figures import (
+    TIME_FORMATS_JS,
     Unit,
     add_legend_above,
     add_page,
@@ -32,7 +33,7 @@ from nvdash.apps.figures import (
     timeline_figure,
     timeline_range,
 )
-from nvdash.apps.live import Follower, follow, pause_toggle, streamable, timeline_batch
+from nvdash.apps.live import Follower, follow, pause_toggle, refresh_batch, streamable
 from nvdash.apps.rows import FloatArray, column, gpu_sample, gpu_value, time_ms
 from nvdash.apps.shared_ticks import TickCache
 from nvdash.apps.stages import Stage, StagedGrid, run_in_stages
@@ -109,14 +110,13 @@ def add_series_lines(fig: figure, source: ColumnDataSource, series: Sequence[Ser
     ]
 
 
-RANGE_TICKS_JS = """
+RANGE_TICKS_JS = TIME_FORMATS_JS + """
 const moment = new Date(tick);
 const span = ticks.length > 1 ? Math.abs(ticks[ticks.length - 1] - ticks[0]) : 0;
 if (span < 12 * 3600e3) {
-  return moment.toLocaleTimeString([], {hour12: false});
+  return formats.time.format(moment);
 }
-const day = moment.toLocaleDateString([], {month: "short", day: "numeric"});
-return day + " " + moment.toLocaleTimeString([], {hour12: false, hour: "2-digit", minute: "2-digit"});
+return formats.day.format(moment) + " " + formats.minutes.format(moment);
 """
 """Local time ticks as Live shows them; with the date once the axis spans half a day or more (a past range)."""
 
@@ -435,7 +435,7 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
     view = TimelineView(ctx.store, panels, source, layers, legends, ticks=ctx.ticks, name=title)
     pause = pause_toggle()
     view.control = TimeRangeControl(doc, ctx, view, x_range, pause=pause, dark=dark)
-    view.follower = follow(doc, ctx, seq, view.on_rows, pause, batch=timeline_batch(ctx))
+    view.follower = follow(doc, ctx, seq, view.on_rows, pause, batch=refresh_batch(ctx))
     grid = StagedGrid()
     add_page(doc, title, row(*view.control.widgets(), sizing_mode="stretch_width"), grid.plot, dark=dark)
     items: dict[str, LegendItem] = {}

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from bokeh.models.widgets import Toggle
 
 from nvdash.apps.context import AppContext
-from nvdash.apps.live import Follower, timeline_batch
+from nvdash.apps.live import Follower, refresh_batch
 from nvdash.sampling.records import HostInfo, HostSample, Inventory, Snapshot
 from nvdash.store import Store
 
@@ -84,9 +84,9 @@ def test_catching_up_after_a_pause_hands_on_every_row_at_once() -> None:
     assert got.batches == [[1.0, 2.0, 3.0], [4.0]]
 
 
-def test_a_timeline_batch_covers_about_a_second_of_samples() -> None:
+def test_a_refresh_batch_covers_about_a_second_of_samples() -> None:
     def batch(interval_s: float) -> int:
-        return timeline_batch(AppContext(store=_store(), interval_s=interval_s))
+        return refresh_batch(AppContext(store=_store(), interval_s=interval_s))
 
     assert batch(0.5) == 2
     assert batch(0.25) == 4
