@@ -5,9 +5,11 @@
     python benchmarks/open_stall.py [--viewers 10] [--repeat 3] [--settle 2]
 
 With ``--viewers N``, N viewers (a client process holding a session on each of the seven classic dashboards,
-applying every update) watch before the panes are opened. Each route is opened ``--repeat`` times; the stall
-is measured from the request until ``--settle`` seconds after the session opened (pages built in stages send
-their plots after the document), and the table gives the median and the largest of the repeats.
+applying every update) watch before the panes are opened; measuring starts once all their sessions are open and
+the event loop has been quiet (no lag over 50 ms) for 5 s. Each route (default: every dashboard the server
+lists in ``/index.json``) is opened ``--repeat`` times; the stall is measured from the request until ``--settle``
+seconds after the session opened (pages built in stages send their plots after the document), and the table
+gives the median and the largest of the repeats.
 """
 
 from __future__ import annotations
@@ -26,9 +28,6 @@ from typing import Any
 
 from bokeh.client import pull_session
 
-from nvdash.apps import APPS
-
-ROUTES = [spec.route for spec in APPS]
 CLASSIC = ["/GPU-Utilization", "/GPU-Memory", "/GPU-Resources", "/PCIe-Throughput", "/NVLink-Throughput",
            "/NVLink-Timeline", "/Machine-Resources"]
 
@@ -50,12 +49,34 @@ threading.Event().wait()
 """
 
 
+QUIET_MS = 50.0
+QUIET_S = 5.0
+
+
+def _wait_until_settled(health: Any, sessions: int, timeout_s: float = 300.0) -> None:
+    """Until the server holds ``sessions`` sessions and its event loop lagged no more than ``QUIET_MS`` for
+    ``QUIET_S`` seconds in a row (the viewers' pages are built)."""
+    deadline = time.monotonic() + timeout_s
+    while health()["sessions"] < sessions:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the viewers did not open their {sessions} sessions in {timeout_s:g} s")
+        time.sleep(1.0)
+    while True:
+        before = health()["event_loop"]["at"]
+        time.sleep(QUIET_S)
+        if health(since=before)["event_loop"]["max_lag_since_ms"] <= QUIET_MS:
+            return
+        if time.monotonic() > deadline:
+            print(f"# the event loop never stayed under {QUIET_MS:g} ms lag for {QUIET_S:g} s; measuring anyway")
+            return
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--viewers", type=int, default=0, help="viewers watching the seven classic dashboards")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--settle", type=float, default=2.0, help="seconds measured after a session opened")
-    parser.add_argument("--routes", nargs="*", default=ROUTES)
+    parser.add_argument("--routes", nargs="*", default=None, help="default: every route of /index.json")
     args = parser.parse_args()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -87,12 +108,16 @@ def main() -> None:
                                         stdout=subprocess.PIPE, text=True)
             assert watchers.stdout is not None
             watchers.stdout.readline()
-            time.sleep(5.0)
+            _wait_until_settled(health, args.viewers * len(CLASSIC))
+        routes = args.routes
+        if routes is None:
+            with urllib.request.urlopen(url + "/index.json", timeout=30) as response:
+                routes = list(json.loads(response.read()))
         print(f"{args.viewers} viewers watching; store full; {args.repeat} opens per route")
         print(f"| {'route':<20} | {'open ms (median)':>16} | {'loop stall ms (median / max)':>28} |")
         print(f"|{'-' * 22}|{'-' * 18}|{'-' * 30}|")
         try:
-            for route in args.routes:
+            for route in routes:
                 opens, stalls = [], []
                 for _ in range(args.repeat):
                     time.sleep(0.5)

@@ -394,10 +394,12 @@ class TimelineView:
 
 
 def _add_plot(fig: figure, panel: Panel, source: ColumnDataSource, items: dict[str, LegendItem],
-              legends: _LostLegends) -> list[GlyphRenderer[Any]]:
-    """The panel's lines, legend (labels new to the page) and hover on ``fig``; returns the lines."""
+              legends: _LostLegends) -> tuple[list[GlyphRenderer[Any]], list[tuple[LegendItem, GlyphRenderer[Any]]]]:
+    """The panel's lines, legend (labels new to the page) and hover on ``fig``; returns the lines and, for labels
+    an earlier plot has, the legend items the caller adds each line to (once ``fig`` is in the document)."""
     lines = add_series_lines(fig, source, panel.series)
     new_items = []
+    shared: list[tuple[LegendItem, GlyphRenderer[Any]]] = []
     for series, line in zip(panel.series, lines, strict=True):
         item = items.get(series.legend)
         if item is None:
@@ -405,14 +407,27 @@ def _add_plot(fig: figure, panel: Panel, source: ColumnDataSource, items: dict[s
             legends.add(series, item)
             new_items.append(item)
         else:
-            item.renderers.append(line)
+            shared.append((item, line))
     per_gpu = any(series.gpu is not None for series in panel.series)
     if len(new_items) > 1 or (new_items and per_gpu):
         add_legend_above(fig, new_items)
     labels = {series.key: series.description for series in panel.series}
     renderers: list[DataRenderer] = list(lines)
     add_timeline_hover(fig, renderers, labels, what=panel.what, value=panel.value, unit=panel.unit)
-    return lines
+    return lines, shared
+
+
+def add_to_legends(doc: Document, shared: Sequence[tuple[LegendItem, GlyphRenderer[Any]]]) -> None:
+    """Add each line to its legend item (so the item hides it too), recomputing the document's models once.
+
+    The lines must already be in the document: then no new model appears while the models are frozen, and every
+    patch refers to models the viewer has (new models in a frozen document were sent in patches the viewer could
+    not resolve)."""
+    if not shared:
+        return
+    with doc.models.freeze():
+        for item, line in shared:
+            item.renderers.append(line)
 
 
 def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence[Panel]) -> ColumnDataSource:
@@ -441,11 +456,14 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
     items: dict[str, LegendItem] = {}
 
     def add_panel(panel: Panel) -> None:
+        # The plot is made whole before it joins the document: every change to a model of a shown document walks
+        # all its models again (tens of milliseconds on this page), a change to a model outside it nothing.
         fig = timeline_figure(panel.title, panel.y_label, panel.unit, x_range, panel.y_max)
         show_dates_on_long_ranges(fig)
-        lines = _add_plot(fig, panel, source, items, legends)
+        lines, shared = _add_plot(fig, panel, source, items, legends)
         layers.add(fig, panel.series, lines)
         grid.add(fig)
+        add_to_legends(doc, shared)
 
     def finish() -> None:
         grid.finish()

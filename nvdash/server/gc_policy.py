@@ -3,13 +3,14 @@
 Bokeh's ``Document.destroy`` runs a full ``gc.collect()`` for every session it discards, on the event loop.
 A full collection walks every object in the process, and with tens of open dashboards that is hundreds of
 thousands of objects: measured here at 400-500 ms with 70 open documents, a stall every viewer sees each time
-anyone closes a pane. nvdash gives Bokeh a collector that collects the young generations instead; older
-garbage is left to Python's own collector. That collector runs a full collection once enough objects have
-survived two young collections; every update tick allocates short-lived lists and events, and with the
-default young threshold (700 allocations) many of them are caught alive and promoted, so full collections
-came every few seconds (8 of 63-257 ms in one minute with 10 viewers). A larger young threshold lets them
-die young first; none came in the same minute. Objects that live as long as the server (modules, the apps'
-code) are frozen at start-up so that full collections do not walk them.
+anyone closes a pane. nvdash gives Bokeh a collector that collects nothing there but now and then (see below);
+young garbage is left to Python's own collector (collecting the two young generations at each discarded document
+still cost about 75 ms with 70 open pages and the thresholds below). Python's collector runs a full collection
+once enough objects have survived two young collections; every update tick allocates short-lived lists and
+events, and with the default young threshold (700 allocations) many of them are caught alive and promoted, so
+full collections came every few seconds (8 of 63-257 ms in one minute with 10 viewers). A larger young threshold
+lets them die young first; none came in the same minute. Objects that live as long as the server (modules, the
+apps' code) are frozen at start-up so that full collections do not walk them.
 
 A discarded document is itself garbage in reference cycles (Bokeh's models point back at their document, each
 property's list or dict at its model) that was promoted to the oldest generation long before, so only a full
@@ -37,20 +38,20 @@ FULL_EVERY = 100
 discarded before it (a full collection walks every object: with 70 open pages it held the loop 0.5 s)."""
 
 
-class YoungCollector:
-    """Stands in for the ``gc`` module inside Bokeh's document module: ``collect()`` is generation 1, and
-    every ``full_every``-th call a full collection."""
+class RareCollector:
+    """Stands in for the ``gc`` module inside Bokeh's document module: ``collect()`` does nothing but on every
+    ``full_every``-th call, which is a full collection."""
 
     def __init__(self, full_every: int = FULL_EVERY) -> None:
         self._full_every = full_every
         self._calls = 0
 
     def collect(self, generation: int = 2) -> int:
-        """Collect generations 0 and 1 only, whatever was asked, except on every ``full_every``-th call."""
+        """Collect ``generation`` on every ``full_every``-th call, nothing otherwise (returns what was freed)."""
         self._calls += 1
         if self._calls % self._full_every == 0:
             return gc.collect(generation)
-        return gc.collect(min(generation, 1))
+        return 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(gc, name)
@@ -78,10 +79,10 @@ def _scrubbing(destroy: Callable[[Document, Any], None]) -> Callable[[Document, 
 
 
 def install(document_module: ModuleType = bokeh_document) -> None:
-    """Make Bokeh's session clean-up scrub the document's models and collect young garbage, and all of it only
-    now and then (idempotent)."""
-    if not isinstance(getattr(document_module, "gc", None), YoungCollector):
-        document_module.gc = YoungCollector()  # type: ignore[attr-defined]
+    """Make Bokeh's session clean-up scrub the document's models and collect garbage only now and then
+    (idempotent)."""
+    if not isinstance(getattr(document_module, "gc", None), RareCollector):
+        document_module.gc = RareCollector()  # type: ignore[attr-defined]
     document_class = document_module.Document
     if not getattr(document_class.destroy, "scrubs", False):
         document_class.destroy = _scrubbing(document_class.destroy)
