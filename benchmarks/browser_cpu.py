@@ -47,18 +47,10 @@ from playwright.sync_api import Browser, Frame, Page, WebSocket
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.routes import CLASSIC
 from tests.browser.chromium import chromium
 from tests.conftest import free_port, http_get
 
-CLASSIC = [
-    "/GPU-Utilization",
-    "/GPU-Memory",
-    "/GPU-Resources",
-    "/PCIe-Throughput",
-    "/NVLink-Throughput",
-    "/NVLink-Timeline",
-    "/Machine-Resources",
-]
 VIEWPORT = {"width": 1280, "height": 900}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Counts the animation-frame callbacks a frame runs from now on (Bokeh looks requestAnimationFrame up per call).

@@ -28,8 +28,9 @@ from typing import Any
 
 from bokeh.client import pull_session
 
-CLASSIC = ["/GPU-Utilization", "/GPU-Memory", "/GPU-Resources", "/PCIe-Throughput", "/NVLink-Throughput",
-           "/NVLink-Timeline", "/Machine-Resources"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.routes import CLASSIC
 
 VIEWERS = """
 import sys, threading, time

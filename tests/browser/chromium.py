@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Frame, Page, sync_playwright
+
+from tests.conftest import wait_for
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -68,15 +69,14 @@ def wait_until_drawn(frame: Page | Frame, timeout_ms: int = 60_000) -> None:
 
 
 def changes(shot: Callable[[], bytes], timeout_s: float = 30.0) -> bool:
-    """Whether what ``shot`` returns (a screenshot) changes before ``timeout_s`` have passed; polled twice a second.
+    """Whether what ``shot`` returns (a screenshot) changes before ``timeout_s`` have passed; polled until then.
 
     A live dashboard redraws with each sweep, but the simulated job has data-loader stalls of a few seconds with no
     traffic, and a loaded machine may draw late: only the deadline bounds the wait.
     """
     before = shot()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        time.sleep(0.5)
-        if shot() != before:
-            return True
-    return False
+    try:
+        wait_for(shot, lambda now: now != before, timeout_s=timeout_s)
+    except AssertionError:
+        return False
+    return True
