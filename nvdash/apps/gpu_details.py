@@ -8,12 +8,13 @@ the number of GPUs; switching refills the same renderers from the store (or, for
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from html import escape
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from bokeh.document import Document
-from bokeh.layouts import gridplot, row
+from bokeh.layouts import row
 from bokeh.models import BasicTickFormatter, ColumnDataSource, CustomJSHover, FixedTicker, HoverTool, Range1d, Rect
 from bokeh.models.renderers import DataRenderer
 from bokeh.models.widgets import Div, Select
@@ -34,6 +35,7 @@ from nvdash.apps.figures import (
 from nvdash.apps.live import Follower, follow, pause_toggle, streamable
 from nvdash.apps.rows import FloatArray, gpu_reading, gpu_value, nan_if_none
 from nvdash.apps.shared_ticks import TickCache
+from nvdash.apps.stages import Stage, StagedGrid, run_in_stages
 from nvdash.apps.theme import apply_theme, request_arguments
 from nvdash.apps.time_range import TimeRangeControl
 from nvdash.apps.timelines import (
@@ -69,6 +71,7 @@ POWER_CAP_COLOR = "#ff7f0e"
 GPM_NOT_AVAILABLE = "GPM activity (SM active, tensor, DRAM) is not available on this GPU."
 REASONS_TITLE = "Clock event reasons"
 REASONS_METRIC = "clock_event_reasons"
+GPM_TITLE = "GPM activity"
 
 
 def _constant(value: float | None) -> Callable[[Snapshot], float | None]:
@@ -152,7 +155,7 @@ def detail_panels(info: GpuInfo) -> tuple[Panel, ...]:
                    _reason_row(i, reason.bit, row_index), i, metric=REASONS_METRIC)
             for row_index, reason in enumerate(REASONS)
         )),
-        Panel("GPM activity", "activity", Unit.PCT, (
+        Panel(GPM_TITLE, "activity", Unit.PCT, (
             line("gpm_sm", "SM active", GPU_COLOR, lambda s: s.gpm_sm_active_pct, "gpm_sm_active_pct"),
             line("gpm_occupancy", "SM occupancy", "#17becf", lambda s: s.gpm_sm_occupancy_pct,
                  "gpm_sm_occupancy_pct"),
@@ -226,7 +229,8 @@ def _reasons_figure(fig: figure, panel: Panel, source: ColumnDataSource, interva
 class DetailsView:
     """The page's source, figures and selector for the GPU shown; ``switch`` refills them for another GPU.
 
-    Live, it streams the store's rows; for a past range (its ``control``) it shows the history's buckets.
+    Live, it streams the store's rows; for a past range (its ``control``) it shows the history's buckets. The
+    figures are made one at a time (:meth:`make_figure`), so a page built in stages sends one per turn.
     """
 
     def __init__(self, store: Store, info: GpuInfo, interval_s: float, dark: bool,
@@ -235,33 +239,46 @@ class DetailsView:
         self.ticks = ticks if ticks is not None else TickCache(capacity=4)
         self.info = info
         self.panels = detail_panels(info)
-        rows, self.seq = store.since(0)
-        self.source = ColumnDataSource(data=self.data(rows))
+        data, self.seq = self.store_data()
+        self.source = ColumnDataSource(data=data)
         self.header = Div(text="", sizing_mode="stretch_width", styles={"color": text_color(dark)})
         self.gpm_note = Div(text=GPM_NOT_AVAILABLE, sizing_mode="stretch_width", styles={"color": text_color(dark)})
         self.x_range = timeline_range()
         self.block_ms = interval_s * 1000.0 * BLOCK_WIDTH
         self.figures: list[figure] = []
         self.blocks: list[Rect] = []
-        plots = []
-        for panel in self.panels:
-            fig = timeline_figure(panel.title, panel.y_label, panel.unit, self.x_range, panel.y_max)
-            show_dates_on_long_ranges(fig)
-            if panel.title == REASONS_TITLE:
-                self.blocks = _reasons_figure(fig, panel, self.source, self.block_ms)
-            else:
-                lines = add_series_lines(fig, self.source, panel.series)
-                add_legend_above(fig, [legend_item(series.legend, line) for series, line in
-                                       zip(panel.series, lines, strict=True)])
-                add_timeline_hover(fig, lines, {series.key: series.legend for series in panel.series},
-                                   what=panel.what, value=panel.value, unit=panel.unit)
-                plots.append((fig, panel.series, lines))
-            self.figures.append(fig)
-        self.layers = HistoryLayers(plots)
-        self.gpm_figure = self.figures[-1]
+        self.layers = HistoryLayers()
+        self.gpm_figure: figure | None = None
         self.follower: Follower | None = None
         self.control: TimeRangeControl | None = None
-        self.show(rows[-1] if rows else None)
+        self.show(store.latest())
+
+    def make_figure(self, panel: Panel) -> figure:
+        """``panel``'s plot, made whole (lines, legend, hover, history bands) before it joins a page: changes to
+        a model outside a shown document cost nothing, inside it a walk over all its models each."""
+        fig = timeline_figure(panel.title, panel.y_label, panel.unit, self.x_range, panel.y_max)
+        show_dates_on_long_ranges(fig)
+        if panel.title == REASONS_TITLE:
+            self.blocks = _reasons_figure(fig, panel, self.source, self.block_ms)
+        else:
+            lines = add_series_lines(fig, self.source, panel.series)
+            add_legend_above(fig, [legend_item(series.legend, line) for series, line in
+                                   zip(panel.series, lines, strict=True)])
+            add_timeline_hover(fig, lines, {series.key: series.legend for series in panel.series},
+                               what=panel.what, value=panel.value, unit=panel.unit)
+            self.layers.add(fig, panel.series, lines)
+        if panel.title == GPM_TITLE:
+            self.gpm_figure = fig
+            fig.visible = self.info.gpm_supported
+        self.figures.append(fig)
+        return fig
+
+    def store_data(self) -> tuple[DataDict, int]:
+        """The columns of every row the store holds for the GPU shown (shared by its pages), and the newest
+        row's number."""
+        panels = self.panels
+        return self.ticks.store_columns(("GPU details", self.info.uuid), self.store,
+                                        lambda rows: timeline_data(rows, panels))
 
     @property
     def following(self) -> bool:
@@ -278,7 +295,8 @@ class DetailsView:
         text = header_html(self.info, sample, lost)
         if text != self.header.text:
             self.header.text = text
-        self.gpm_figure.visible = self.info.gpm_supported
+        if self.gpm_figure is not None:
+            self.gpm_figure.visible = self.info.gpm_supported
         self.gpm_note.visible = not self.info.gpm_supported
 
     def on_rows(self, rows: Sequence[Snapshot]) -> None:
@@ -292,8 +310,7 @@ class DetailsView:
         """Show ``info``'s GPU: same renderers, its own readers and thresholds, refilled for the range shown."""
         self.info = info
         self.panels = detail_panels(info)
-        rows, _ = self.store.since(0)
-        self.show(rows[-1] if rows else None)
+        self.show(self.store.latest())
         if self.following:
             self.show_live()
         elif self.control is not None:
@@ -303,10 +320,10 @@ class DetailsView:
         return history_metrics(all_series(self.panels)), [self.info.index]
 
     def show_live(self) -> None:
-        rows, seq = self.store.since(0)
+        data, seq = self.store_data()
         if self.follower is not None:
             self.follower.seq = seq
-        self.source.data = self.data(rows)
+        self.source.data = data
         self._set_block_width(self.block_ms)
         self.layers.clear()
 
@@ -363,8 +380,17 @@ def build(doc: Document, ctx: AppContext) -> None:
     pause = pause_toggle()
     view.control = TimeRangeControl(doc, ctx, view, view.x_range, pause=pause, dark=dark)
     view.follower = follow(doc, ctx, view.seq, view.on_rows, pause)
-    grid = gridplot([[fig] for fig in view.figures], sizing_mode="stretch_both", merge_tools=True,
-                    toolbar_location="right")
+    grid = StagedGrid()
     controls = row(select, *view.control.widgets(), sizing_mode="stretch_width")
-    add_page(doc, TITLE, controls, view.header, view.gpm_note, grid, dark=dark)
-    view.control.open()
+    add_page(doc, TITLE, controls, view.header, view.gpm_note, grid.plot, dark=dark)
+
+    def add_panel(panel: Panel) -> None:
+        grid.add(view.make_figure(panel))
+
+    def finish() -> None:
+        grid.finish()
+        if view.control is not None:
+            view.control.open()
+
+    stages: list[Stage] = [partial(add_panel, panel) for panel in view.panels]
+    run_in_stages(doc, [*stages, finish], staged=ctx.staged_builds)

@@ -20,8 +20,10 @@ from bokeh.document import Document
 from bokeh.layouts import row
 from bokeh.models import (
     BasicTickFormatter,
+    Column,
     ColumnDataSource,
     CustomJSHover,
+    DataRange1d,
     FixedTicker,
     HoverTool,
     Range1d,
@@ -47,6 +49,7 @@ from nvdash.apps.figures import (
 from nvdash.apps.live import period_ms, streamable
 from nvdash.apps.rows import FloatArray, gpu_sample, time_ms
 from nvdash.apps.shared_ticks import TickCache
+from nvdash.apps.stages import run_in_stages
 from nvdash.apps.theme import apply_theme
 from nvdash.apps.time_range import TimeRangeControl
 from nvdash.health.hints import Hint, bottleneck_hints
@@ -254,10 +257,11 @@ def history_columns_of(inventory: Inventory, result: HistoryResult) -> DataDict:
     return data
 
 
-def _history_figure(inventory: Inventory, source: ColumnDataSource, interval_s: float) -> figure:
+def _history_figure(inventory: Inventory, source: ColumnDataSource, interval_s: float,
+                    x_range: DataRange1d | None = None) -> figure:
     """One row per GPU (the first on top), a block per reading coloured by its status."""
     count = len(inventory.gpus)
-    fig = timeline_figure("Status over time (from the readings)", "", Unit.PCT, timeline_range(), None)
+    fig = timeline_figure("Status over time (from the readings)", "", Unit.PCT, x_range or timeline_range(), None)
     fig.sizing_mode = "stretch_width"
     fig.height = 60 + 22 * max(count, 1)
     fig.y_range = Range1d(start=-0.6, end=max(count, 1) - 0.4)
@@ -292,9 +296,11 @@ class HealthView:
         self.ticks = ticks if ticks is not None else TickCache(capacity=4)
         """The strip's new columns and the status, computed once per tick for every open page."""
         style: dict[str, str | None] = {"color": text_color(dark)}
-        rows, self.history_seq = store.since(0)
-        self.history = ColumnDataSource(data=history_columns(store.inventory, rows))
-        self.history_figure = _history_figure(store.inventory, self.history, interval_s)
+        strip, self.history_seq = self.strip_data()
+        self.history = ColumnDataSource(data=strip)
+        self.x_range = timeline_range()
+        self.strip = Column(children=[], sizing_mode="stretch_width")
+        """Where the strip goes: made in a stage of its own on a server (see :meth:`add_strip`)."""
         self.status = Div(text="", sizing_mode="stretch_width", styles=style, name="status")
         self.hints = Div(text="", sizing_mode="stretch_width", styles=style, name="hints")
         self.events = ColumnDataSource(data=event_columns([]))
@@ -304,11 +310,20 @@ class HealthView:
         self.row_seq = -1
         self.event_seq = -1
         self.interval_s = interval_s
-        self.blocks = [renderer.glyph for renderer in self.history_figure.renderers
-                       if isinstance(renderer, GlyphRenderer) and isinstance(renderer.glyph, Rect)]
+        self.block_s = interval_s
+        """The strip's block width: the sampling interval in Live, a past range's step."""
+        self.blocks: list[Rect] = []
         self.control: TimeRangeControl | None = None
         self.past_events: list[GpuEvent] | None = None
         """The shown past range's events; ``None`` while Live."""
+
+    def add_strip(self) -> None:
+        """Make the status strip and put it in its place on the page."""
+        fig = _history_figure(self.store.inventory, self.history, self.interval_s, self.x_range)
+        self.blocks = [renderer.glyph for renderer in fig.renderers
+                       if isinstance(renderer, GlyphRenderer) and isinstance(renderer.glyph, Rect)]
+        self._block_width(self.block_s)
+        self.strip.children = [fig]
 
     events_wanted = 1000
     """Events read with a past range (the log shows the newest ``EVENT_ROWS`` of them)."""
@@ -317,12 +332,17 @@ class HealthView:
         """What the status rules need, for every GPU."""
         return list(HEALTH_METRICS), None
 
+    def strip_data(self) -> tuple[DataDict, int]:
+        """The strip's columns for every row the store holds (shared by every open page) and the newest row's
+        number."""
+        inventory = self.store.inventory
+        return self.ticks.store_columns("health strip", self.store, lambda rows: history_columns(inventory, rows))
+
     def show_live(self) -> None:
         """The strip and the event log from the store again, streaming."""
         self.past_events = None
-        rows, self.history_seq = self.store.since(0)
         self._block_width(self.interval_s)
-        self.history.data = history_columns(self.store.inventory, rows)
+        self.history.data, self.history_seq = self.strip_data()
         self.show_events()
 
     def show_history(self, result: HistoryResult) -> None:
@@ -333,6 +353,7 @@ class HealthView:
         self.show_events(self.past_events)
 
     def _block_width(self, seconds: float) -> None:
+        self.block_s = seconds
         for block in self.blocks:
             block.width = seconds * 1000.0 * BLOCK_WIDTH
 
@@ -384,10 +405,15 @@ def build(doc: Document, ctx: AppContext) -> None:
     view = HealthView(ctx.store, dark, ctx.interval_s, ctx.ticks)
     view.poll()
     doc.add_periodic_callback(view.poll, period_ms(ctx))
-    view.control = TimeRangeControl(doc, ctx, view, view.history_figure.x_range, dark=dark)
+    view.control = TimeRangeControl(doc, ctx, view, view.x_range, dark=dark)
     add_page(doc, TITLE, _heading("Status (now)", dark), view.status,
-             row(*view.control.widgets(), sizing_mode="stretch_width"), view.history_figure,
+             row(*view.control.widgets(), sizing_mode="stretch_width"), view.strip,
              _heading("Bottleneck hints", dark), view.hints,
              row(_heading("Events (newest first)", dark, width=200), view.hide_info), view.table,
              dark=dark)
-    view.control.open()
+
+    def finish() -> None:
+        if view.control is not None:
+            view.control.open()
+
+    run_in_stages(doc, [view.add_strip, finish], staged=ctx.staged_builds)

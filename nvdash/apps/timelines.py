@@ -375,13 +375,17 @@ class TimelineView:
     def history_request(self) -> tuple[list[str], list[int] | None]:
         return history_metrics(all_series(self.panels)), None
 
+    def store_data(self) -> tuple[DataDict, int]:
+        """The columns of every row the store holds (shared by the route's pages) and the newest row's number."""
+        return self.ticks.store_columns(("store", self.name), self.store, lambda rows: timeline_data(rows, self.panels))
+
     def show_live(self) -> None:
-        rows, seq = self.store.since(0)
+        data, seq = self.store_data()
         if self.follower is not None:
             self.follower.seq = seq
-        self.source.data = timeline_data(rows, self.panels)
+        self.source.data = data
         self.layers.clear()
-        self.legends.update(rows[-1] if rows else None)
+        self.legends.update(self.store.latest())
 
     def prepare_history(self) -> None:
         """Make the band layers now (see :meth:`HistoryLayers.prepare`)."""
@@ -439,8 +443,7 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
     built in stages (:mod:`nvdash.apps.stages`): its frame first, then a plot (with the data) per event-loop turn.
     """
     dark = apply_theme(doc)
-    rows, seq = ctx.store.since(0)
-    source = ColumnDataSource(data=timeline_data(rows, panels))
+    source = ColumnDataSource()
     x_range = timeline_range()
     legends = _LostLegends()
     layers = HistoryLayers()
@@ -448,6 +451,7 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
         # Made with the page: adding them to a shown page later costs the browser about a second.
         layers.prepare()
     view = TimelineView(ctx.store, panels, source, layers, legends, ticks=ctx.ticks, name=title)
+    source.data, seq = view.store_data()
     pause = pause_toggle()
     view.control = TimeRangeControl(doc, ctx, view, x_range, pause=pause, dark=dark)
     view.follower = follow(doc, ctx, seq, view.on_rows, pause, batch=refresh_batch(ctx))

@@ -14,7 +14,8 @@ from nvdash.apps import gpu_resources, gpu_utilization
 from nvdash.apps.live import SMALL_STREAM_ROWS, streamable
 from nvdash.apps.shared_ticks import TickCache
 from nvdash.sampling.records import Snapshot
-from tests.unit.test_apps import NEW_ROW, ROWS, make_ctx, tick
+from nvdash.store import Store
+from tests.unit.test_apps import INVENTORY, NEW_ROW, ROWS, make_ctx, tick
 
 
 def test_a_computation_runs_once_for_the_same_snapshots() -> None:
@@ -104,3 +105,71 @@ def test_bar_pages_share_their_columns_per_snapshot() -> None:
     for doc in docs:
         (source,) = [s for s in doc.select({"type": ColumnDataSource}) if "label" in s.data or "bar" in s.data]
         assert next(iter(source.data["bar"])) == 99.0
+
+
+def _times(rows: object) -> dict[str, object]:
+    """Per row: its time (an array) and a label (a list), each from that row alone."""
+    snapshots = list(rows)  # type: ignore[call-overload]
+    return {"time": np.array([row.time_s for row in snapshots]), "label": [f"t={row.time_s:g}" for row in snapshots]}
+
+
+def _store(capacity: int, count: int) -> Store:
+    store = Store(INVENTORY, capacity=capacity)
+    for n in range(count):
+        store.append(Snapshot(1000.0 + n, ROWS[0].gpus, ROWS[0].host))
+    return store
+
+
+def test_whole_store_columns_compute_each_row_once_and_follow_the_store() -> None:
+    cache = TickCache()
+    store = _store(capacity=5, count=3)
+    data, seq = cache.store_columns("page", store, _times)
+    assert (list(data["time"]), data["label"], seq) == ([1000.0, 1001.0, 1002.0], ["t=1000", "t=1001", "t=1002"], 3)
+    assert cache.rows_computed == 3
+    again, _ = cache.store_columns("page", store, _times)  # another page opening at the same row
+    assert list(again["time"]) == [1000.0, 1001.0, 1002.0]
+    assert cache.rows_computed == 3
+    for n in range(3, 7):  # the store rolls over: it holds 1002..1006
+        store.append(Snapshot(1000.0 + n, ROWS[0].gpus, ROWS[0].host))
+    data, seq = cache.store_columns("page", store, _times)
+    assert list(data["time"]) == [1002.0, 1003.0, 1004.0, 1005.0, 1006.0]
+    assert data["label"] == ["t=1002", "t=1003", "t=1004", "t=1005", "t=1006"]
+    assert seq == 7
+    assert cache.rows_computed == 3 + 4  # only the new rows
+    assert cache.store_columns("other", store, _times)[0]["label"] == data["label"]
+    assert cache.rows_computed == 3 + 4 + 5  # another computation starts over
+
+
+def test_whole_store_columns_start_over_when_the_store_moved_past_them() -> None:
+    cache = TickCache()
+    store = _store(capacity=3, count=3)
+    cache.store_columns("page", store, _times)
+    for n in range(3, 8):  # five new rows: none of the three computed is still held
+        store.append(Snapshot(1000.0 + n, ROWS[0].gpus, ROWS[0].host))
+    data, _ = cache.store_columns("page", store, _times)
+    assert list(data["time"]) == [1005.0, 1006.0, 1007.0]
+    other = _store(capacity=3, count=2)  # another store: its own rows, not the first one's
+    assert list(cache.store_columns("page", other, _times)[0]["time"]) == [1000.0, 1001.0]
+
+
+def test_each_caller_gets_columns_of_its_own() -> None:
+    cache = TickCache()
+    store = _store(capacity=5, count=2)
+    first, _ = cache.store_columns("page", store, _times)
+    first["label"].append("streamed")  # Bokeh's stream extends a list column in place
+    first["time"][0] = -1.0
+    second, _ = cache.store_columns("page", store, _times)
+    assert second["label"] == ["t=1000", "t=1001"]
+    assert list(second["time"]) == [1000.0, 1001.0]
+
+
+def test_pages_opening_later_compute_only_the_new_rows() -> None:
+    ctx = make_ctx()
+    gpu_resources.build(Document(), ctx)
+    computed = ctx.ticks.rows_computed
+    ctx.store.append(NEW_ROW)
+    doc = Document()
+    gpu_resources.build(doc, ctx)
+    assert ctx.ticks.rows_computed == computed + 1
+    (source,) = [s for s in doc.select({"type": ColumnDataSource}) if "util/0" in s.data]
+    assert list(source.data["util/0"]) == [row.gpus[0].utilization_pct for row in (*ROWS, NEW_ROW)]
