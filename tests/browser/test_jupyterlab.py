@@ -256,9 +256,11 @@ def test_a_killed_server_is_restarted_and_the_panes_reload(page: Page, lab: Jupy
     assert len(before) == 1, before
     os.kill(before[0], signal.SIGKILL)
     deadline = time.monotonic() + 60
-    while not (lab.nvdash_pids() and lab.nvdash_pids() != before) and time.monotonic() < deadline:
+    while (pids := lab.nvdash_pids()) in ([], before) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert lab.nvdash_pids() not in ([], before), "jupyter-server-proxy did not restart nvdash"
+    assert pids not in ([], before), (
+        f"jupyter-server-proxy did not restart nvdash (nvdash processes: {pids}); Jupyter's log ends:\n"
+        + "\n".join(lab.output().splitlines()[-40:]))
     # The panes notice within a poll interval and load a session from the new process.
     page.wait_for_function(
         """([frame, loadedAt, route]) => {
