@@ -9,7 +9,8 @@ applying every update) watch before the panes are opened; measuring starts once 
 the event loop has been quiet (no lag over 50 ms) for 5 s. Each route (default: every dashboard the server
 lists in ``/index.json``) is opened ``--repeat`` times; the stall is measured from the request until ``--settle``
 seconds after the session opened (pages built in stages send their plots after the document), and the table
-gives the median and the largest of the repeats.
+gives the median and the largest of the repeats. The first row measures the same window with nothing opened:
+the stalls the viewers' own updates cause.
 """
 
 from __future__ import annotations
@@ -118,6 +119,14 @@ def main() -> None:
         print(f"| {'route':<20} | {'open ms (median)':>16} | {'loop stall ms (median / max)':>28} |")
         print(f"|{'-' * 22}|{'-' * 18}|{'-' * 30}|")
         try:
+            stalls = []
+            for _ in range(args.repeat):  # the same window with nothing opened: what the viewers alone cause
+                time.sleep(0.5)
+                before = health()["event_loop"]["at"]
+                time.sleep(args.settle)
+                stalls.append(health(since=before)["event_loop"]["max_lag_since_ms"])
+            stall = f"{statistics.median(stalls):.1f} / {max(stalls):.1f}"
+            print(f"| {'(nothing opened)':<20} | {'':>16} | {stall:>28} |", flush=True)
             for route in routes:
                 opens, stalls = [], []
                 for _ in range(args.repeat):

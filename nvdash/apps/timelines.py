@@ -14,7 +14,7 @@ import numpy.typing as npt
 from bokeh.core.properties import value
 from bokeh.document import Document
 from bokeh.layouts import row
-from bokeh.models import ColumnDataSource, CustomJSTickFormatter, Line, Patch
+from bokeh.models import ColumnDataSource, Line, Patch
 from bokeh.models.annotations import LegendItem
 from bokeh.models.renderers import DataRenderer, GlyphRenderer
 from bokeh.plotting import figure
@@ -30,6 +30,8 @@ from nvdash.apps.figures import (
     gpu_description,
     gpu_label,
     legend_item,
+    set_time_tick_format,
+    source_view,
     timeline_figure,
     timeline_range,
 )
@@ -105,7 +107,7 @@ def add_series_lines(fig: figure, source: ColumnDataSource, series: Sequence[Ser
     # No selection or mute styling is used: skip the two extra glyph models fig.line() makes per line.
     return [
         fig.add_glyph(source, Line(x="time", y=item.key, line_color=item.color, line_width=2, line_dash=item.dash),
-                      name=item.key, nonselection_glyph=None, muted_glyph=None)
+                      name=item.key, nonselection_glyph=None, muted_glyph=None, view=source_view(source))
         for item in series
     ]
 
@@ -129,7 +131,7 @@ ENDS_NAME = "history range ends"
 
 def show_dates_on_long_ranges(fig: figure) -> None:
     """Give ``fig``'s time axis :data:`RANGE_TICKS_JS` ticks."""
-    fig.xaxis.formatter = CustomJSTickFormatter(code=RANGE_TICKS_JS)
+    set_time_tick_format(fig, RANGE_TICKS_JS)
 
 
 def history_metrics(series: Iterable[Series]) -> list[str]:
