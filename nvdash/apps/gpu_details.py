@@ -384,13 +384,18 @@ def build(doc: Document, ctx: AppContext) -> None:
     controls = row(select, *view.control.widgets(), sizing_mode="stretch_width")
     add_page(doc, TITLE, controls, view.header, view.gpm_note, grid.plot, dark=dark)
 
-    def add_panel(panel: Panel) -> None:
-        grid.add(view.make_figure(panel))
+    made: list[figure] = []
+
+    def make_plot(panel: Panel) -> None:  # outside the page: no walk over the page's models (see timelines)
+        made.append(view.make_figure(panel))
+
+    def join_page() -> None:
+        grid.add(made.pop(0))
 
     def finish() -> None:
         grid.finish()
         if view.control is not None:
             view.control.open()
 
-    stages: list[Stage] = [partial(add_panel, panel) for panel in view.panels]
+    stages: list[Stage] = [stage for panel in view.panels for stage in (partial(make_plot, panel), join_page)]
     run_in_stages(doc, [*stages, finish], staged=ctx.staged_builds)

@@ -300,7 +300,8 @@ class HealthView:
         self.history = ColumnDataSource(data=strip)
         self.x_range = timeline_range()
         self.strip = Column(children=[], sizing_mode="stretch_width")
-        """Where the strip goes: made in a stage of its own on a server (see :meth:`add_strip`)."""
+        """Where the strip goes: made in a stage of its own on a server (see :meth:`make_strip`)."""
+        self.strip_figure: figure | None = None
         self.status = Div(text="", sizing_mode="stretch_width", styles=style, name="status")
         self.hints = Div(text="", sizing_mode="stretch_width", styles=style, name="hints")
         self.events = ColumnDataSource(data=event_columns([]))
@@ -317,13 +318,19 @@ class HealthView:
         self.past_events: list[GpuEvent] | None = None
         """The shown past range's events; ``None`` while Live."""
 
-    def add_strip(self) -> None:
-        """Make the status strip and put it in its place on the page."""
+    def make_strip(self) -> None:
+        """Make the status strip (outside the page: see :meth:`show_strip`)."""
         fig = _history_figure(self.store.inventory, self.history, self.interval_s, self.x_range)
         self.blocks = [renderer.glyph for renderer in fig.renderers
                        if isinstance(renderer, GlyphRenderer) and isinstance(renderer.glyph, Rect)]
         self._block_width(self.block_s)
-        self.strip.children = [fig]
+        self.strip_figure = fig
+
+    def show_strip(self) -> None:
+        """Put the strip made by :meth:`make_strip` in its place on the page (in a later turn of the event loop
+        on a server: each of the two holds the others up for a while)."""
+        if self.strip_figure is not None:
+            self.strip.children = [self.strip_figure]
 
     events_wanted = 1000
     """Events read with a past range (the log shows the newest ``EVENT_ROWS`` of them)."""
@@ -416,4 +423,4 @@ def build(doc: Document, ctx: AppContext) -> None:
         if view.control is not None:
             view.control.open()
 
-    run_in_stages(doc, [view.add_strip, finish], staged=ctx.staged_builds)
+    run_in_stages(doc, [view.make_strip, view.show_strip, finish], staged=ctx.staged_builds)

@@ -460,16 +460,24 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
     grid = StagedGrid()
     add_page(doc, title, row(*view.control.widgets(), sizing_mode="stretch_width"), grid.plot, dark=dark)
     items: dict[str, LegendItem] = {}
+    made: list[tuple[figure, list[tuple[LegendItem, GlyphRenderer[Any]]]]] = []
 
-    def add_panel(panel: Panel) -> None:
-        # The plot is made whole before it joins the document: every change to a model of a shown document walks
-        # all its models again (tens of milliseconds on this page), a change to a model outside it nothing.
+    # Three stages per plot, so no turn of the event loop holds the others up for long: the plot is made whole
+    # outside the document (a change to a model of a shown document walks all its models again, tens of
+    # milliseconds on this page; to a model outside it, nothing), then it joins the page, then its lines join the
+    # legend entries an earlier plot has (one change per entry, each sent on its own).
+    def make_plot(panel: Panel) -> None:
         fig = timeline_figure(panel.title, panel.y_label, panel.unit, x_range, panel.y_max)
         show_dates_on_long_ranges(fig)
         lines, shared = _add_plot(fig, panel, source, items, legends)
         layers.add(fig, panel.series, lines)
-        grid.add(fig)
-        add_to_legends(doc, shared)
+        made.append((fig, shared))
+
+    def join_page() -> None:
+        grid.add(made[0][0])
+
+    def join_legends() -> None:
+        add_to_legends(doc, made.pop(0)[1])
 
     def finish() -> None:
         grid.finish()
@@ -477,6 +485,6 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
         if view.control is not None:
             view.control.open()
 
-    stages: list[Stage] = [partial(add_panel, panel) for panel in panels]
+    stages: list[Stage] = [stage for panel in panels for stage in (partial(make_plot, panel), join_page, join_legends)]
     run_in_stages(doc, [*stages, finish], staged=ctx.staged_builds)
     return source
