@@ -32,6 +32,7 @@ from bokeh.client import pull_session
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.routes import CLASSIC
+from benchmarks.settle import QUIET_MS, QUIET_S, wait_until_settled
 
 VIEWERS = """
 import sys, threading, time
@@ -49,28 +50,6 @@ for _ in range(count):
 print("ready", flush=True)
 threading.Event().wait()
 """
-
-
-QUIET_MS = 50.0
-QUIET_S = 5.0
-
-
-def _wait_until_settled(health: Any, sessions: int, timeout_s: float = 300.0) -> None:
-    """Until the server holds ``sessions`` sessions and its event loop lagged no more than ``QUIET_MS`` for
-    ``QUIET_S`` seconds in a row (the viewers' pages are built)."""
-    deadline = time.monotonic() + timeout_s
-    while health()["sessions"] < sessions:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the viewers did not open their {sessions} sessions in {timeout_s:g} s")
-        time.sleep(1.0)
-    while True:
-        before = health()["event_loop"]["at"]
-        time.sleep(QUIET_S)
-        if health(since=before)["event_loop"]["max_lag_since_ms"] <= QUIET_MS:
-            return
-        if time.monotonic() > deadline:
-            print(f"# the event loop never stayed under {QUIET_MS:g} ms lag for {QUIET_S:g} s; measuring anyway")
-            return
 
 
 def main() -> None:
@@ -110,7 +89,8 @@ def main() -> None:
                                         stdout=subprocess.PIPE, text=True)
             assert watchers.stdout is not None
             watchers.stdout.readline()
-            _wait_until_settled(health, args.viewers * len(CLASSIC))
+            if not wait_until_settled(health, args.viewers * len(CLASSIC)):
+                print(f"# the event loop never stayed under {QUIET_MS:g} ms lag for {QUIET_S:g} s; measuring anyway")
         routes = args.routes
         if routes is None:
             with urllib.request.urlopen(url + "/index.json", timeout=30) as response:

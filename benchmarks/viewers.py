@@ -29,6 +29,10 @@ from typing import Any
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.settle import QUIET_MS, QUIET_S, wait_until_settled
+
 SOAK_HEADER = f"| {'seconds':>7} | {'sessions':>8} | {'RSS MiB':>7} | {'threads':>7} | {'open fds':>8} |"
 
 
@@ -161,9 +165,12 @@ class Viewers:
         return total / self.count / (sum(seconds) / len(seconds))
 
 
-def measure(url: str, server: psutil.Process, viewers: Viewers, window_s: float) -> dict[str, float]:
-    """Measure the server over ``window_s`` seconds with ``viewers`` connected, then disconnect them."""
-    time.sleep(3.0)
+def measure(url: str, server: psutil.Process, viewers: Viewers, window_s: float, sessions: int) -> dict[str, float]:
+    """Measure the server over ``window_s`` seconds with ``viewers`` connected (once their ``sessions`` are open
+    and built: the loop quiet), then disconnect them."""
+    if not wait_until_settled(lambda since=None: _health(url, since), sessions):
+        print(f"# {viewers.count} viewers: the event loop never stayed under {QUIET_MS:g} ms lag for {QUIET_S:g} s;"
+              " measured anyway")
     viewers.measure()
     first = _health(url)
     cpu_first = sum(server.cpu_times()[:2])
@@ -265,7 +272,7 @@ def main() -> None:
             workdir = Path(tmp)
             for viewers in args.viewers:
                 group = Viewers(url, viewers, args.per_worker, workdir, f"v{viewers}", routes=args.routes)
-                row = measure(url, process, group, args.window)
+                row = measure(url, process, group, args.window, viewers * len(args.routes or _routes(url)))
                 print(
                     f"| {row['viewers']:>7.0f} | {row['sessions']:>8.0f} | {row['nvml_calls_per_s']:>12.1f} "
                     f"| {row['sweeps_per_s']:>8.2f} | {row['cpu_s_per_s']:>14.3f} | {row['max_stall_ms']:>17.1f} "
