@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import weakref
 from collections.abc import Iterable, Sequence
 from enum import Enum
 from typing import Any
@@ -202,23 +201,28 @@ class _PageParts:
         return formatter
 
 
-_PARTS: weakref.WeakKeyDictionary[Range, _PageParts] = weakref.WeakKeyDictionary()
-_VIEWS: weakref.WeakKeyDictionary[ColumnDataSource, CDSView] = weakref.WeakKeyDictionary()
+_PARTS_ATTRIBUTE = "_nvdash_page_parts"
+_VIEW_ATTRIBUTE = "_nvdash_source_view"
+# Kept on the model they belong to, not in a module-level map: the shared models refer to their document once
+# they are in one, and the document to the range and the source, so a map from those to them would keep every
+# page ever shown alive.
 
 
 def _page_parts(x_range: Range) -> _PageParts:
     """The shared models of the page whose timelines share ``x_range``."""
-    parts = _PARTS.get(x_range)
+    parts: _PageParts | None = getattr(x_range, _PARTS_ATTRIBUTE, None)
     if parts is None:
-        parts = _PARTS[x_range] = _PageParts()
+        parts = _PageParts()
+        setattr(x_range, _PARTS_ATTRIBUTE, parts)
     return parts
 
 
 def source_view(source: ColumnDataSource) -> CDSView:
     """One view (all rows) for every line drawn from ``source``, instead of a view and a filter per line."""
-    view = _VIEWS.get(source)
+    view: CDSView | None = getattr(source, _VIEW_ATTRIBUTE, None)
     if view is None:
-        view = _VIEWS[source] = CDSView()
+        view = CDSView()
+        setattr(source, _VIEW_ATTRIBUTE, view)
     return view
 
 
