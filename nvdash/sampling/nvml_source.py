@@ -94,6 +94,8 @@ class NvmlSource:
         self._topology: tuple[tuple[str, ...], ...] = ()
         self._xid: XidWatcher | None = None
         self._opened = False
+        self.skipped_reads = 0
+        """Device reads a sweep did not ask for because the device's read of an earlier sweep was still running."""
 
     @property
     def calls(self) -> int:
@@ -202,6 +204,8 @@ class NvmlSource:
                 submitted = pool.submit(work, device)
                 device.pending[job] = submitted
                 fresh.append(submitted)
+            elif not device.lost and job == "read":
+                self.skipped_reads += 1
         started = time.monotonic()
         if meanwhile is not None:
             meanwhile()

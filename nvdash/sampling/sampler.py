@@ -48,6 +48,8 @@ class SamplerStats:
     errors: int
     last_sweep_s: float
     max_sweep_s: float
+    skipped_device_reads: int = 0
+    """GPU reads left out of a sweep because the GPU's read of an earlier sweep had not returned (a slow call)."""
 
 
 class Sampler:
@@ -97,7 +99,9 @@ class Sampler:
 
     def stats(self) -> SamplerStats:
         """Counts and durations of the sweeps so far."""
-        return SamplerStats(self._sweeps, self._errors, self._last_sweep_s, self._max_sweep_s)
+        skipped = getattr(self._gpus, "skipped_reads", 0)
+        return SamplerStats(self._sweeps, self._errors, self._last_sweep_s, self._max_sweep_s,
+                            skipped if isinstance(skipped, int) else 0)
 
     def sample_once(self) -> Snapshot:
         """Read every source once and append the snapshot to the store."""

@@ -120,6 +120,7 @@ def _sampler_json(sampler: Sampler | None) -> dict[str, Any] | None:
         "errors": stats.errors,
         "last_sweep_ms": round(stats.last_sweep_s * 1000, 3),
         "max_sweep_ms": round(stats.max_sweep_s * 1000, 3),
+        "skipped_device_reads": stats.skipped_device_reads,
     }
 
 

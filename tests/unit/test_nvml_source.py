@@ -187,6 +187,7 @@ def test_a_hung_read_is_not_waited_for_again_by_later_sweeps(clock: FakeClock) -
         assert samples[1].utilization_pct is None
         assert all(s.utilization_pct is not None for i, s in enumerate(samples) if i != 1)
         assert waited < 30.0, f"the sweep waited {waited:.1f} s of its 60 s budget for a read it had given up on"
+        assert source.skipped_reads == 1  # GPU 1 was not asked in the second sweep; the sampler reports it
 
 
 def test_pcie_fallback_blocks_like_the_real_call(clock: FakeClock) -> None:
