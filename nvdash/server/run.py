@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import faulthandler
 import logging
 import signal
 import socket
@@ -201,6 +202,8 @@ def serve(settings: Settings) -> int:
             server.io_loop.add_callback_from_signal(server.io_loop.stop)
 
         signal.signal(signal.SIGTERM, on_signal)
+        # `kill -USR1 PID` prints every thread's stack to stderr: what a stuck server is doing, without stopping it.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         try:
             server.io_loop.start()
         except KeyboardInterrupt:

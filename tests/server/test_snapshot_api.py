@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -89,7 +90,11 @@ def test_a_hung_nvml_call_neither_stalls_the_sweeps_nor_the_shutdown() -> None:
         try:
             output, _ = process.communicate(timeout=20)
         except subprocess.TimeoutExpired:
-            pytest.fail("nvdash did not exit within 20 s of Ctrl+C while an NVML call hung")
+            process.send_signal(signal.SIGUSR1)  # nvdash prints its threads' stacks
+            time.sleep(1.0)  # for the stacks to be written before the kill, not a wait on a condition
+            process.kill()
+            output, _ = process.communicate(timeout=10)
+            pytest.fail(f"nvdash did not exit within 20 s of Ctrl+C while an NVML call hung; it printed:\n{output}")
         assert process.returncode == 0, output
         assert "Traceback" not in output, output
     finally:
