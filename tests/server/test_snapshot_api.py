@@ -71,7 +71,14 @@ def test_a_hung_nvml_call_neither_stalls_the_sweeps_nor_the_shutdown() -> None:
     port = free_port()
     env = nvdash_env({"NVDASH_FAKE_FAULTS": "slow:nvmlDeviceGetUtilizationRates:3600:2@1"})
     command = [sys.executable, "-m", "nvdash", "--port", str(port), "--simulate", "dgx-h100", "--interval", "0.25"]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Ctrl+C as in a terminal: a process started in the background of a shell without job control (as a CI runner
+    # may start the suite) inherits SIGINT ignored, and so would nvdash.
+    # A handler (unlike "ignore") is reset to the default in the child.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     url = f"http://127.0.0.1:{port}"
     try:
 
