@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from bokeh.document import Document
 from bokeh.layouts import column
+from bokeh.model import Model
 from bokeh.models import (
     AdaptiveTicker,
     CDSView,
@@ -201,29 +202,31 @@ class _PageParts:
         return formatter
 
 
-_PARTS_ATTRIBUTE = "_nvdash_page_parts"
-_VIEW_ATTRIBUTE = "_nvdash_source_view"
-# Kept on the model they belong to, not in a module-level map: the shared models refer to their document once
-# they are in one, and the document to the range and the source, so a map from those to them would keep every
-# page ever shown alive.
+T = TypeVar("T")
+
+
+def _kept_on(model: Model, attribute: str, make: Callable[[], T]) -> T:
+    """What ``make`` made the first time it was asked for on ``model``, kept as ``model``'s private ``attribute``.
+
+    Kept on the model it belongs to, not in a module-level map: the shared models refer to their document once
+    they are in one, and the document to ``model``, so a map from ``model`` to them would keep every page ever
+    shown alive.
+    """
+    kept: T | None = getattr(model, attribute, None)
+    if kept is None:
+        kept = make()
+        setattr(model, attribute, kept)
+    return kept
 
 
 def _page_parts(x_range: Range) -> _PageParts:
     """The shared models of the page whose timelines share ``x_range``."""
-    parts: _PageParts | None = getattr(x_range, _PARTS_ATTRIBUTE, None)
-    if parts is None:
-        parts = _PageParts()
-        setattr(x_range, _PARTS_ATTRIBUTE, parts)
-    return parts
+    return _kept_on(x_range, "_nvdash_page_parts", _PageParts)
 
 
 def source_view(source: ColumnDataSource) -> CDSView:
     """One view (all rows) for every line drawn from ``source``, instead of a view and a filter per line."""
-    view: CDSView | None = getattr(source, _VIEW_ATTRIBUTE, None)
-    if view is None:
-        view = CDSView()
-        setattr(source, _VIEW_ATTRIBUTE, view)
-    return view
+    return _kept_on(source, "_nvdash_source_view", CDSView)
 
 
 def set_time_tick_format(fig: figure, code: str) -> None:

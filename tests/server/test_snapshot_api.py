@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,6 +67,16 @@ def test_an_xid_reaches_the_snapshot_and_health() -> None:
         assert get_json(server.url + "/health")["xid_events"] == "watching"
 
 
+SIGUSR1_BIT = 1 << (signal.SIGUSR1 - 1)
+
+
+def _pending_signals(pid: int) -> int:
+    """The signals sent to ``pid`` and not yet handled (``/proc``): the stack dump is written once SIGUSR1 is not."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+              if ":" in line)
+    return int(fields["ShdPnd"], 16) | int(fields["SigPnd"], 16)
+
+
 def test_a_hung_nvml_call_neither_stalls_the_sweeps_nor_the_shutdown() -> None:
     port = free_port()
     env = nvdash_env({"NVDASH_FAKE_FAULTS": "slow:nvmlDeviceGetUtilizationRates:3600:2@1"})
@@ -98,7 +108,7 @@ def test_a_hung_nvml_call_neither_stalls_the_sweeps_nor_the_shutdown() -> None:
             output, _ = process.communicate(timeout=20)
         except subprocess.TimeoutExpired:
             process.send_signal(signal.SIGUSR1)  # nvdash prints its threads' stacks
-            time.sleep(1.0)  # for the stacks to be written before the kill, not a wait on a condition
+            wait_for(lambda: _pending_signals(process.pid), lambda pending: not pending & SIGUSR1_BIT, timeout_s=10)
             process.kill()
             output, _ = process.communicate(timeout=10)
             pytest.fail(f"nvdash did not exit within 20 s of Ctrl+C while an NVML call hung; it printed:\n{output}")
