@@ -46,6 +46,7 @@ from nvdash.server.preflight import refuse_preflights_without_origin
 from nvdash.server.snapshot import snapshot_json
 from nvdash.server.stalled import StalledViewers
 from nvdash.server.usage_json import processes_json
+from nvdash.server.ws_batch import batch_websocket_writes
 from nvdash.settings import Settings
 from nvdash.store import Store
 
@@ -289,6 +290,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
     )
     _allow_bracketed_origins(server, [origin for origin in origins if origin.startswith("[")])
     refuse_preflights_without_origin(server)
+    batch_websocket_writes(server)
     holder.append(server)
     return server
 

@@ -1,0 +1,203 @@
+"""Bokeh's messages leave in one socket write per loop turn, framed as RFC 6455 says, and arrive intact."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+from bokeh.application import Application
+from bokeh.application.handlers.function import FunctionHandler
+from bokeh.client import ClientSession, pull_session
+from bokeh.document import Document
+from bokeh.models import ColumnDataSource, Div
+from bokeh.protocol import Protocol
+from bokeh.server.server import Server
+from tornado.ioloop import IOLoop
+from tornado.iostream import IOStream
+
+from nvdash.server.ws_batch import batch_websocket_writes, columns_message, frame, message_bytes
+from tests.conftest import free_port, wait_for
+
+# --- framing, from RFC 6455 section 5.7 and 5.2 --------------------------------------------------------------------
+
+
+def test_frames_are_the_rfcs_examples() -> None:
+    assert frame(0x1, b"Hello") == bytes([0x81, 0x05]) + b"Hello"  # a single-frame unmasked text message
+    assert frame(0x2, bytes(256))[:4] == bytes([0x82, 0x7E, 0x01, 0x00])  # 256 bytes: 16-bit length
+    assert frame(0x2, bytes(65536))[:10] == bytes([0x82, 0x7F, 0, 0, 0, 0, 0, 1, 0, 0])  # 64 KiB: 64-bit length
+    assert frame(0x1, bytes(125))[:2] == bytes([0x81, 125])  # the longest 7-bit length
+    assert frame(0x1, bytes(126))[:4] == bytes([0x81, 126, 0, 126])
+
+
+def parse_frames(data: bytes) -> list[tuple[int, bytes]]:
+    """Each (opcode, payload) of a run of final, unmasked frames."""
+    frames = []
+    at = 0
+    while at < len(data):
+        first, second = data[at], data[at + 1]
+        assert first & 0x80, "not a final frame"
+        assert not second & 0x80, "a server frame is not masked"
+        size, at = second & 0x7F, at + 2
+        if size == 126:
+            (size,), at = struct.unpack("!H", data[at:at + 2]), at + 2
+        elif size == 127:
+            (size,), at = struct.unpack("!Q", data[at:at + 8]), at + 8
+        frames.append((first & 0x0F, data[at:at + size]))
+        at += size
+    return frames
+
+
+def test_a_message_is_its_parts_in_bokehs_order() -> None:
+    doc = Document()
+    source = ColumnDataSource(data={"y": np.arange(3.0)})
+    doc.add_root(source)
+    seen: list[Any] = []
+    doc.on_change(seen.append)
+    source.stream({"y": np.arange(100.0)})  # numpy: sent as a binary buffer
+    message = columns_message(seen[-1])
+    frames = parse_frames(message_bytes(message))
+    assert [opcode for opcode, _ in frames] == [0x1, 0x1, 0x1, 0x1, 0x2]
+    header, metadata, content, buffer_header, payload = (body for _, body in frames)
+    assert json.loads(header)["msgtype"] == "PATCH-DOC"
+    assert json.loads(header)["num_buffers"] == 1
+    assert json.loads(metadata) == {}
+    (event,) = json.loads(content)["events"]
+    assert (event["kind"], event["model"], event["attr"]) == ("ColumnsStreamed", {"id": source.id}, "data")
+    assert json.loads(buffer_header)["id"] == event["data"]["entries"][0][1]["array"]["data"]["id"]
+    assert np.frombuffer(payload, dtype=np.float64).tolist() == list(range(100))
+
+
+def test_a_stream_message_equals_bokehs() -> None:
+    doc = Document()
+    source = ColumnDataSource(data={"x": [1, 2], "name": ["a", "b"]})
+    doc.add_root(source)
+    seen: list[Any] = []
+    doc.on_change(seen.append)
+    source.stream({"x": [3], "name": ["c"]})
+    source.patch({"x": [(0, 10)]})
+    for event in seen:
+        ours, bokehs = columns_message(event), Protocol().create("PATCH-DOC", [event])
+        assert json.loads(ours.content_json) == json.loads(bokehs.content_json)
+        assert json.loads(ours.header_json)["msgtype"] == json.loads(bokehs.header_json)["msgtype"]
+
+
+# --- a real Bokeh server ------------------------------------------------------------------------------------------
+
+
+class Page:
+    """The server side of the test's one document: sources that one call changes in four ways."""
+
+    def __init__(self) -> None:
+        self.doc: Document | None = None
+        self.ready = threading.Event()
+        self.short = ColumnDataSource(data={"x": [0]}, name="short")
+        self.long = ColumnDataSource(data={"y": np.zeros(0)}, name="long")
+        self.patched = ColumnDataSource(data={"z": [0, 0]}, name="patched")
+        self.label = Div(text="step 0", name="label")
+
+    def make(self, doc: Document) -> None:
+        doc.add_root(self.short)
+        doc.add_root(self.long)
+        doc.add_root(self.patched)
+        doc.add_root(self.label)
+        self.doc = doc
+        self.ready.set()
+
+    def step(self, k: int) -> None:
+        """Two streams (a short list, a long numpy column), a patch and a property: four messages."""
+        self.short.stream({"x": [k]})
+        self.long.stream({"y": np.arange(100.0) + 100 * k})
+        self.patched.patch({"z": [(0, k)]})
+        self.label.text = f"step {k}"
+
+
+@contextmanager
+def bokeh_server(page: Page) -> Iterator[tuple[str, list[int]]]:
+    """A Bokeh server in a thread serving ``page`` at ``/page``, with nvdash's batching; yields its URL and a list
+    of the sizes of its socket writes (appended by the server thread)."""
+    port = free_port()
+    writes: list[int] = []
+    started = threading.Event()
+    holder: dict[str, Any] = {}
+
+    def serve() -> None:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        loop = IOLoop.current()
+        server = Server({"/page": Application(FunctionHandler(page.make))}, io_loop=loop, port=port,
+                        address="127.0.0.1", allow_websocket_origin=[f"127.0.0.1:{port}"])
+        batch_websocket_writes(server)
+        server.start()
+        holder.update(loop=loop, server=server)
+        started.set()
+        loop.start()
+        server.stop()
+        loop.close(all_fds=True)
+
+    original = IOStream.write
+
+    def counted(stream: IOStream, data: Any) -> Any:
+        if threading.current_thread() is thread:
+            writes.append(len(data))
+        return original(stream, data)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    IOStream.write = counted  # type: ignore[method-assign,assignment]
+    try:
+        thread.start()
+        assert started.wait(30)
+        yield f"http://127.0.0.1:{port}", writes
+    finally:
+        IOStream.write = original  # type: ignore[method-assign]
+        loop = holder.get("loop")
+        if loop is not None:
+            loop.add_callback(loop.stop)
+        thread.join(30)
+
+
+def receive_until(session: ClientSession, condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """Apply the server's messages until ``condition`` holds (checked before each message is awaited); fails
+    after ``timeout_s``. The page sends nothing unasked, so a time-driven wait would wait for a next message."""
+    connection = session._connection
+    stop = threading.Timer(timeout_s, lambda: connection._loop.add_callback(connection._loop.stop))
+    stop.start()
+    try:
+        connection._loop_until(condition)
+    finally:
+        stop.cancel()
+    assert condition(), f"not seen within {timeout_s} s"
+
+
+def on_server(page: Page, call: Callable[[], None]) -> None:
+    """Run ``call`` on the page's document, on the server's loop (Bokeh's thread-safe way in)."""
+    assert page.doc is not None
+    page.doc.add_next_tick_callback(call)
+
+
+def test_one_write_per_callback_and_the_viewer_sees_every_change() -> None:
+    page = Page()
+    with bokeh_server(page) as (url, writes):
+        session = pull_session(url=url + "/page")
+        try:
+            assert page.ready.wait(30)
+            (short,) = session.document.select({"name": "short"})
+            (long,) = session.document.select({"name": "long"})
+            (patched,) = session.document.select({"name": "patched"})
+            (label,) = session.document.select({"name": "label"})
+            for k in (1, 2, 3):
+                before = len(writes)
+                on_server(page, lambda k=k: page.step(k))
+
+                receive_until(session, lambda k=k: label.text == f"step {k}")
+                wait_for(lambda: len(writes), lambda count, before=before: count > before)
+                assert len(writes) - before == 1, writes[before:]
+            assert list(short.data["x"]) == [0, 1, 2, 3]
+            assert list(long.data["y"]) == [float(v) for v in range(100, 400)]
+            assert list(patched.data["z"]) == [3, 0]
+        finally:
+            session.close()
