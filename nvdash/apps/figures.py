@@ -35,6 +35,7 @@ from bokeh.models.widgets import DataTable, TableColumn
 from bokeh.palettes import Category10_10, Viridis256
 from bokeh.plotting import figure
 
+from nvdash.apps.stages import Later, run_in_stages
 from nvdash.apps.visibility import hidden_flag
 from nvdash.sampling.records import GpuInfo
 from nvdash.units import (
@@ -380,12 +381,18 @@ def bar_labels(
     )
 
 
-def add_page(doc: Document, title: str, *children: UIElement, dark: bool) -> None:
+def add_page(doc: Document, title: str, *children: UIElement | Later, dark: bool, staged: bool = False) -> None:
     """Title the document and add its content stacked so it fills the pane or browser window (with the invisible
-    flag by which the browser says when nobody can see the page: :mod:`nvdash.apps.visibility`)."""
+    flag by which the browser says when nobody can see the page: :mod:`nvdash.apps.visibility`). The
+    :class:`~nvdash.apps.stages.Later` parts are made after the page's frame when ``staged`` (on a server), else
+    at once."""
     doc.title = title
     styles = {"background-color": DARK_BACKGROUND} if dark else {}
-    doc.add_root(column(*children, hidden_flag(doc), sizing_mode="stretch_both", styles=styles))
+    parts = [child.place if isinstance(child, Later) else child for child in children]
+    doc.add_root(column(*parts, hidden_flag(doc), sizing_mode="stretch_both", styles=styles))
+    later = [stage for child in children if isinstance(child, Later) for stage in child.stages()]
+    if later:
+        run_in_stages(doc, later, staged=staged)
 
 
 DARK_TABLE_CSS = """

@@ -9,6 +9,7 @@ from typing import Any
 
 from bokeh.document import Document
 from bokeh.models import ColumnDataSource
+from bokeh.plotting import figure
 from bokeh.transform import linear_cmap
 
 from nvdash.apps.context import AppContext
@@ -31,6 +32,7 @@ from nvdash.apps.live import follow, latest, refresh_batch
 from nvdash.apps.process_bars import bar_categories, refresh, refresh_factors
 from nvdash.apps.process_usage import GPU_BAR_HEIGHT, MIG_BAR_HEIGHT, instance_text, mig_rows
 from nvdash.apps.rows import gpu_memory_total, gpu_reading
+from nvdash.apps.stages import Later
 from nvdash.apps.theme import apply_theme
 from nvdash.sampling.records import GpuInfo, Snapshot
 
@@ -101,25 +103,31 @@ def build(doc: Document, ctx: AppContext) -> None:
     snapshot, seq = latest(ctx.store)
     data = columns(gpus, snapshot)
     source = ColumnDataSource(data=data)
-    fig = bar_figure("GPU memory used (of each GPU's own total)", data["gpu"],
-                     value_label="memory used (% of own total)", unit=Unit.PCT, maximum=100.0,
-                     vertical=False, headroom=1.0)
-    categories = bar_categories(fig)
+    made: list[figure] = []
+
+    def make() -> figure:
+        fig = bar_figure("GPU memory used (of each GPU's own total)", list(source.data["gpu"]),
+                         value_label="memory used (% of own total)", unit=Unit.PCT, maximum=100.0,
+                         vertical=False, headroom=1.0)
+        fig.hbar(y="gpu", left=0, right=100, height="height", source=source, color=LOST_COLOR,
+                 alpha=BACKGROUND_ALPHA)
+        reserved = fig.hbar(y="gpu", left="reserved_left", right=100, height="height", source=source,
+                            line_color=None, fill_color=RESERVED_COLOR, fill_alpha=0.5, hatch_pattern="/",
+                            hatch_color=RESERVED_COLOR, hatch_alpha=0.9)
+        bars = fig.hbar(y="gpu", left=0, right="bar", height="height", source=source, line_color=None,
+                        fill_color=linear_cmap("used_pct", LEVEL_PALETTE, 0, 100, nan_color=LOST_COLOR))
+        fig.add_layout(bar_labels(source, 100.0, "gpu", "label", dark=dark, vertical=False))
+        add_bar_hover(fig, [bars, reserved], [("GPU", "@description"), ("used", "@used"), ("total", "@total"),
+                                              ("share", "@used_pct{0.0} %"),
+                                              ("reserved by the driver", "@reserved")])
+        made.append(fig)
+        return fig
 
     def show(rows: Sequence[Snapshot]) -> None:
         data = columns(gpus, rows[-1])
-        refresh_factors(categories, data["gpu"])
+        if made:
+            refresh_factors(bar_categories(made[0]), data["gpu"])
         refresh(source, data)
 
     follow(doc, ctx, seq, show, batch=refresh_batch(ctx))
-    fig.hbar(y="gpu", left=0, right=100, height="height", source=source, color=LOST_COLOR,
-             alpha=BACKGROUND_ALPHA)
-    reserved = fig.hbar(y="gpu", left="reserved_left", right=100, height="height", source=source, line_color=None,
-                        fill_color=RESERVED_COLOR, fill_alpha=0.5, hatch_pattern="/", hatch_color=RESERVED_COLOR,
-                        hatch_alpha=0.9)
-    bars = fig.hbar(y="gpu", left=0, right="bar", height="height", source=source, line_color=None,
-                    fill_color=linear_cmap("used_pct", LEVEL_PALETTE, 0, 100, nan_color=LOST_COLOR))
-    fig.add_layout(bar_labels(source, 100.0, "gpu", "label", dark=dark, vertical=False))
-    add_bar_hover(fig, [bars, reserved], [("GPU", "@description"), ("used", "@used"), ("total", "@total"),
-                                          ("share", "@used_pct{0.0} %"), ("reserved by the driver", "@reserved")])
-    add_page(doc, TITLE, fig, dark=dark)
+    add_page(doc, TITLE, Later(make), dark=dark, staged=ctx.staged_builds)

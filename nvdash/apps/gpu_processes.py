@@ -32,6 +32,7 @@ from nvdash.apps.process_bars import bar_categories, refresh, refresh_factors
 from nvdash.apps.process_memory import memory_columns
 from nvdash.apps.process_notes import IDLE_COLUMNS, idle_columns, idle_note, status_html
 from nvdash.apps.process_table import ALL, KEEP_ALL, ProcessFilter, choices, filter_values, table_columns
+from nvdash.apps.stages import Later
 from nvdash.apps.theme import apply_theme
 from nvdash.sampling.records import GpuInfo, Snapshot
 from nvdash.sampling.usage_records import Usage
@@ -154,7 +155,9 @@ class ProcessesView:
         segments, labels = memory_columns(gpus, None)
         self.segments = ColumnDataSource(data=segments, name="memory-segments")
         self.labels = ColumnDataSource(data=labels, name="memory-labels")
-        self.memory = _memory_figure(labels["row"], self.segments, self.labels, dark)
+        self.dark = dark
+        self.memory: figure | None = None
+        """Made after the page's frame (:meth:`make_memory`)."""
         self.idle_title = Div(text="<b>Allocated, idle</b> "
                               f'<span style="{_MUTED}">GPUs given to a pod that runs nothing on them</span>',
                               sizing_mode="stretch_width", styles=style)
@@ -165,6 +168,11 @@ class ProcessesView:
         self.idle_note = Div(text="", sizing_mode="stretch_width", styles={**style, "opacity": "0.7"},
                              name="idle-note")
         self._show_usage(None)
+
+    def make_memory(self) -> figure:
+        """The memory bars, with the rows they show now."""
+        self.memory = _memory_figure(list(self.labels.data["row"]), self.segments, self.labels, self.dark)
+        return self.memory
 
     def filter(self) -> ProcessFilter:
         """What the filter widgets say now."""
@@ -179,10 +187,11 @@ class ProcessesView:
     def show(self, snapshot: Snapshot | None) -> None:
         """Redraw the memory bars from ``snapshot``; the rest only when its usage reading is new."""
         segments, labels = memory_columns(self.gpus, snapshot)
-        refresh_factors(bar_categories(self.memory), labels["row"])
+        if self.memory is not None:
+            refresh_factors(bar_categories(self.memory), labels["row"])
+            _set(self.memory, "height", _figure_height(labels["row"]))
         refresh(self.segments, segments)
         refresh(self.labels, labels)
-        _set(self.memory, "height", _figure_height(labels["row"]))
         usage = None if snapshot is None else snapshot.usage
         if usage is not self.usage:
             self.usage = usage
@@ -240,5 +249,6 @@ def build(doc: Document, ctx: AppContext) -> None:
     view.show(snapshot)
     pause = pause_toggle()
     follow(doc, ctx, seq, view.on_rows, pause)
-    add_page(doc, TITLE, row(view.status, pause, sizing_mode="stretch_width"), view.controls, view.table, view.memory,
-             view.idle_title, view.idle, view.idle_note, dark=dark)
+    add_page(doc, TITLE, row(view.status, pause, sizing_mode="stretch_width"), view.controls, view.table,
+             Later(view.make_memory, sizing_mode="stretch_width"), view.idle_title, view.idle, view.idle_note,
+             dark=dark, staged=ctx.staged_builds)

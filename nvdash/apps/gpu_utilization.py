@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bokeh.document import Document
+from bokeh.plotting import figure
 from bokeh.transform import linear_cmap
 
 from nvdash.apps.context import AppContext
@@ -24,6 +25,7 @@ from nvdash.apps.figures import (
 )
 from nvdash.apps.live import follow_latest
 from nvdash.apps.rows import gpu_reading, nan_if_none
+from nvdash.apps.stages import Later
 from nvdash.apps.theme import apply_theme
 from nvdash.sampling.records import GpuInfo, Snapshot
 
@@ -56,11 +58,15 @@ def build(doc: Document, ctx: AppContext) -> None:
     dark = apply_theme(doc)
     gpus = ctx.store.inventory.gpus
     source = follow_latest(doc, ctx, lambda snapshot: columns(gpus, snapshot), share="GPU utilization bars")
-    fig = bar_figure("GPU utilization", [gpu_label(gpu) for gpu in gpus], value_label="utilization",
-                     unit=Unit.PCT, maximum=100.0, vertical=True)
-    bars = fig.vbar(x="gpu", top="bar", width=0.8, source=source, line_color=None,
-                    fill_color=linear_cmap("utilization_pct", LEVEL_PALETTE, 0, 100, nan_color=LOST_COLOR))
-    fig.add_layout(bar_labels(source, "gpu", "bar", "label", dark=dark, vertical=True))
-    add_bar_hover(fig, [bars], [("GPU", "@description"), ("utilization", "@utilization"),
-                                ("temperature", "@temperature"), ("power", "@power")])
-    add_page(doc, TITLE, fig, dark=dark)
+
+    def make() -> figure:
+        fig = bar_figure("GPU utilization", [gpu_label(gpu) for gpu in gpus], value_label="utilization",
+                         unit=Unit.PCT, maximum=100.0, vertical=True)
+        bars = fig.vbar(x="gpu", top="bar", width=0.8, source=source, line_color=None,
+                        fill_color=linear_cmap("utilization_pct", LEVEL_PALETTE, 0, 100, nan_color=LOST_COLOR))
+        fig.add_layout(bar_labels(source, "gpu", "bar", "label", dark=dark, vertical=True))
+        add_bar_hover(fig, [bars], [("GPU", "@description"), ("utilization", "@utilization"),
+                                    ("temperature", "@temperature"), ("power", "@power")])
+        return fig
+
+    add_page(doc, TITLE, Later(make), dark=dark, staged=ctx.staged_builds)

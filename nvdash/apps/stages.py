@@ -14,10 +14,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from bokeh.core.enums import SizingModeType
 from bokeh.document import Document
 from bokeh.events import DocumentReady
 from bokeh.layouts import group_tools
-from bokeh.models import CopyTool, ExamineTool, FullscreenTool, GridPlot, Plot, SaveTool, Tool, Toolbar, ToolProxy
+from bokeh.models import (
+    Column,
+    CopyTool,
+    ExamineTool,
+    FullscreenTool,
+    GridPlot,
+    Plot,
+    SaveTool,
+    Tool,
+    Toolbar,
+    ToolProxy,
+)
+from bokeh.models.ui import UIElement
 
 Stage = Callable[[], None]
 
@@ -116,3 +129,30 @@ class StagedGrid:
                 if isinstance(proxy, ToolProxy) and drag in proxy.tools:
                     self.plot.toolbar.active_drag = proxy
         self.plot.toolbar.tools = merged
+
+
+PLACEHOLDER_NAME = "nvdash-later"
+"""The name of the empty column a :class:`Later` part holds its place with until it is made."""
+
+
+class Later:
+    """A part of a page made after the page's frame: :func:`~nvdash.apps.figures.add_page` puts an empty column
+    in its place, and its :meth:`stages` make it (outside the page) and then put it there, each in a turn of the
+    event loop of its own. Making a figure costs Bokeh 10-20 ms and sending it as much again, which a page made in
+    one piece spends in one turn while every other viewer's update waits (``benchmarks/open_stall.py``)."""
+
+    def __init__(self, make: Callable[[], UIElement], *, sizing_mode: SizingModeType = "stretch_both") -> None:
+        self.make = make
+        self.place = Column(children=[], sizing_mode=sizing_mode, name=PLACEHOLDER_NAME)
+        self.made: UIElement | None = None
+
+    def _make(self) -> None:
+        self.made = self.make()
+
+    def _show(self) -> None:
+        if self.made is not None:
+            self.place.children = [self.made]
+
+    def stages(self) -> list[Stage]:
+        """Make the part, then show it."""
+        return [self._make, self._show]

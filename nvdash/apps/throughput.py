@@ -11,6 +11,7 @@ from bokeh.document import Document
 from bokeh.models import ColumnDataSource, Segment
 from bokeh.models.annotations import LegendItem
 from bokeh.models.renderers import DataRenderer, GlyphRenderer
+from bokeh.plotting import figure
 from bokeh.transform import dodge
 
 from nvdash.apps.context import AppContext
@@ -34,6 +35,7 @@ from nvdash.apps.figures import (
 )
 from nvdash.apps.live import follow, patch_changed, refresh_batch
 from nvdash.apps.rows import gpu_reading, largest, nan_if_none
+from nvdash.apps.stages import Later
 from nvdash.apps.theme import apply_theme
 from nvdash.sampling.records import GpuInfo, GpuSample, Snapshot
 from nvdash.store import Store
@@ -158,25 +160,29 @@ def build_throughput(
     data, seq = current()
     source = ColumnDataSource(data=data)
     follow(doc, ctx, seq, lambda _new: patch_changed(source, current()[0]), batch=refresh_batch(ctx))
-    fig = bar_figure(f"{title} per direction (pale bar: each GPU's link maximum)",
-                     [gpu_label(gpu) for gpu in gpus], value_label="rate", unit=Unit.RATE,
-                     maximum=largest(maxima), vertical=True)
-    limit = fig.vbar(x="gpu", top="max_bar", width=0.85, source=source, color=LOST_COLOR,
-                     alpha=BACKGROUND_ALPHA)
-    tx_bars = fig.vbar(x=dodge("gpu", -BAR_OFFSET, range=fig.x_range), top="tx", width=BAR_WIDTH, source=source,
-                       color=TX_COLOR, line_color=None)
-    rx_bars = fig.vbar(x=dodge("gpu", BAR_OFFSET, range=fig.x_range), top="rx", width=BAR_WIDTH, source=source,
-                       color=RX_COLOR, line_color=None)
-    # In the text colour, not the bars': a marker sits on its own bar, and blue and orange mean TX and RX.
-    markers = [_peak_marker(fig, source, f"{direction}_peak", offset, text_color(dark))
-               for direction, offset in (("tx", -BAR_OFFSET), ("rx", BAR_OFFSET))]
-    fig.add_layout(bar_labels(source, "gpu", 0.0, "note", dark=dark, vertical=True))
-    add_legend_above(fig, [legend_item("TX (sent)", tx_bars),
-                           legend_item("RX (received)", rx_bars),
-                           LegendItem(label=PEAK_LABEL, renderers=markers),
-                           legend_item("link maximum", limit)])
-    hover_on: list[DataRenderer] = [limit] if largest(maxima) is not None else [tx_bars, rx_bars]
-    add_bar_hover(fig, hover_on, [("GPU", "@description"), ("TX", "@tx_text"), ("RX", "@rx_text"),
-                                  (f"TX {PEAK_LABEL}", "@tx_peak_text"), (f"RX {PEAK_LABEL}", "@rx_peak_text"),
-                                  ("link maximum", "@max_text")])
-    add_page(doc, title, fig, dark=dark)
+
+    def make() -> figure:
+        fig = bar_figure(f"{title} per direction (pale bar: each GPU's link maximum)",
+                         [gpu_label(gpu) for gpu in gpus], value_label="rate", unit=Unit.RATE,
+                         maximum=largest(maxima), vertical=True)
+        limit = fig.vbar(x="gpu", top="max_bar", width=0.85, source=source, color=LOST_COLOR,
+                         alpha=BACKGROUND_ALPHA)
+        tx_bars = fig.vbar(x=dodge("gpu", -BAR_OFFSET, range=fig.x_range), top="tx", width=BAR_WIDTH, source=source,
+                           color=TX_COLOR, line_color=None)
+        rx_bars = fig.vbar(x=dodge("gpu", BAR_OFFSET, range=fig.x_range), top="rx", width=BAR_WIDTH, source=source,
+                           color=RX_COLOR, line_color=None)
+        # In the text colour, not the bars': a marker sits on its own bar, and blue and orange mean TX and RX.
+        markers = [_peak_marker(fig, source, f"{direction}_peak", offset, text_color(dark))
+                   for direction, offset in (("tx", -BAR_OFFSET), ("rx", BAR_OFFSET))]
+        fig.add_layout(bar_labels(source, "gpu", 0.0, "note", dark=dark, vertical=True))
+        add_legend_above(fig, [legend_item("TX (sent)", tx_bars),
+                               legend_item("RX (received)", rx_bars),
+                               LegendItem(label=PEAK_LABEL, renderers=markers),
+                               legend_item("link maximum", limit)])
+        hover_on: list[DataRenderer] = [limit] if largest(maxima) is not None else [tx_bars, rx_bars]
+        add_bar_hover(fig, hover_on, [("GPU", "@description"), ("TX", "@tx_text"), ("RX", "@rx_text"),
+                                      (f"TX {PEAK_LABEL}", "@tx_peak_text"), (f"RX {PEAK_LABEL}", "@rx_peak_text"),
+                                      ("link maximum", "@max_text")])
+        return fig
+
+    add_page(doc, title, Later(make), dark=dark, staged=ctx.staged_builds)

@@ -10,19 +10,23 @@ from typing import Any
 from bokeh.client import ClientSession, pull_session
 from bokeh.models import ColumnDataSource, GridPlot
 
+from nvdash.apps.stages import PLACEHOLDER_NAME
 from tests.conftest import wait_for
 
 
 def open_session(url: str, route: str) -> ClientSession:
     """A client session on ``route``, as a browser tab would open it, once the whole page has arrived.
 
-    Timeline pages are built in stages after the document is pulled (``nvdash.apps.stages``): their grid of plots
-    gets its merged toolbar with the last stage.
+    Pages are built in stages after the document is pulled (``nvdash.apps.stages``): a timeline grid gets its
+    merged toolbar with the last stage, a part made later fills its empty place.
     """
     session = pull_session(url=url + route)
 
     def built() -> bool:
-        if all(len(grid.toolbar.tools) for grid in session.document.select({"type": GridPlot})):
+        places = session.document.select({"name": PLACEHOLDER_NAME})
+        if all(len(grid.toolbar.tools) for grid in session.document.select({"type": GridPlot})) and all(
+            place.children for place in places
+        ):
             return True
         receive_for(session, 0.1)  # only a live page: a static one sends nothing that would end this
         return False

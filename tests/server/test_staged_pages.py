@@ -5,6 +5,7 @@ from __future__ import annotations
 from bokeh.client import pull_session
 from bokeh.models import ColumnDataSource, GridPlot, Plot, ToolProxy
 
+from nvdash.apps.stages import PLACEHOLDER_NAME
 from tests.conftest import nvdash_server, wait_for
 from tests.server.bokeh_viewer import receive_for
 
@@ -38,5 +39,27 @@ def test_gpu_resources_arrives_whole_with_one_merged_toolbar() -> None:
                 lines = [r for r in plot.renderers if getattr(r, "name", "") and "/" in r.name
                          and not r.name.endswith("band")]
                 assert len(lines) == 8, plot.title.text
+        finally:
+            session.close()
+
+
+def test_a_bar_page_arrives_as_its_frame_then_its_figure() -> None:
+    with nvdash_server(["--simulate", "dgx-h100", "--interval", "0.5", "--no-history"]) as server:
+        wait_for(lambda: server.health()["store"]["rows"], lambda rows: rows >= 1)
+        session = pull_session(url=server.url + "/GPU-Utilization")
+        try:
+            (place,) = session.document.select({"name": PLACEHOLDER_NAME})
+            assert place.children == []  # the pulled document: the page's frame, no figure yet
+            assert not list(session.document.select({"type": Plot}))
+
+            def figures() -> list[Plot]:
+                receive_for(session, 0.2)
+                return list(place.children)
+
+            (fig,) = wait_for(figures, lambda found: len(found) == 1, timeout_s=60)
+            assert fig.title.text == "GPU utilization"
+            (source,) = {renderer.data_source for renderer in fig.renderers}  # the bars' source came with it
+            assert len(source.data["gpu"]) == 8
+            assert list(fig.x_range.factors) == [f"GPU {index}" for index in range(8)]
         finally:
             session.close()
