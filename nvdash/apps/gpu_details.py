@@ -34,7 +34,7 @@ from nvdash.apps.figures import (
 )
 from nvdash.apps.live import Follower, follow, pause_toggle, streamable
 from nvdash.apps.rows import FloatArray, gpu_reading, gpu_value, nan_if_none
-from nvdash.apps.shared_ticks import TickCache
+from nvdash.apps.shared_ticks import TickCache, warming
 from nvdash.apps.stages import Stage, StagedGrid, run_in_stages
 from nvdash.apps.theme import apply_theme, request_arguments
 from nvdash.apps.time_range import TimeRangeControl
@@ -239,7 +239,11 @@ class DetailsView:
         self.ticks = ticks if ticks is not None else TickCache(capacity=4)
         self.info = info
         self.panels = detail_panels(info)
-        data, self.seq = self.store_data()
+        panels = self.panels  # the GPU's own, even if another is chosen while they run
+        self.warming = warming(self.ticks, self._store_name(), store, lambda rows: timeline_data(rows, panels)) \
+            if ticks is not None else []
+        """On a cold cache, the steps that compute the GPU's store columns a slice at a time; shown after them."""
+        data, self.seq = (self.data([]), store.last_seq) if self.warming else self.store_data()
         self.source = ColumnDataSource(data=data)
         self.header = Div(text="", sizing_mode="stretch_width", styles={"color": text_color(dark)})
         self.gpm_note = Div(text=GPM_NOT_AVAILABLE, sizing_mode="stretch_width", styles={"color": text_color(dark)})
@@ -277,8 +281,10 @@ class DetailsView:
         """The columns of every row the store holds for the GPU shown (shared by its pages), and the newest
         row's number."""
         panels = self.panels
-        return self.ticks.store_columns(("GPU details", self.info.uuid), self.store,
-                                        lambda rows: timeline_data(rows, panels))
+        return self.ticks.store_columns(self._store_name(), self.store, lambda rows: timeline_data(rows, panels))
+
+    def _store_name(self) -> tuple[str, str]:
+        return ("GPU details", self.info.uuid)
 
     @property
     def following(self) -> bool:
@@ -398,4 +404,5 @@ def build(doc: Document, ctx: AppContext) -> None:
             view.control.open()
 
     stages: list[Stage] = [stage for panel in view.panels for stage in (partial(make_plot, panel), join_page)]
-    run_in_stages(doc, [*stages, finish], staged=ctx.staged_builds)
+    filled: list[Stage] = [*view.warming, view.show_live] if view.warming else []
+    run_in_stages(doc, [*filled, *stages, finish], staged=ctx.staged_builds)

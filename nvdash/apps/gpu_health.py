@@ -48,7 +48,7 @@ from nvdash.apps.figures import (
 )
 from nvdash.apps.live import period_ms, streamable
 from nvdash.apps.rows import FloatArray, gpu_sample, time_ms
-from nvdash.apps.shared_ticks import TickCache
+from nvdash.apps.shared_ticks import TickCache, warming
 from nvdash.apps.stages import run_in_stages
 from nvdash.apps.theme import apply_theme
 from nvdash.apps.time_range import TimeRangeControl
@@ -288,6 +288,10 @@ def _history_figure(inventory: Inventory, source: ColumnDataSource, interval_s: 
     return fig
 
 
+STRIP = "health strip"
+"""The name of the strip's whole-store columns in the route's :class:`TickCache`."""
+
+
 class HealthView:
     """The page's live parts and what it last showed; ``poll`` is the document's one periodic callback."""
 
@@ -296,7 +300,10 @@ class HealthView:
         self.ticks = ticks if ticks is not None else TickCache(capacity=4)
         """The strip's new columns and the status, computed once per tick for every open page."""
         style: dict[str, str | None] = {"color": text_color(dark)}
-        strip, self.history_seq = self.strip_data()
+        self.warming = warming(ticks, STRIP, store, self._strip_columns) if ticks is not None else []
+        """On a cold cache, the steps that compute the strip's columns a slice at a time; shown after them."""
+        strip, self.history_seq = (history_columns(store.inventory, []), store.last_seq) if self.warming \
+            else self.strip_data()
         self.history = ColumnDataSource(data=strip)
         self.x_range = timeline_range()
         self.strip = Column(children=[], sizing_mode="stretch_width")
@@ -342,8 +349,10 @@ class HealthView:
     def strip_data(self) -> tuple[DataDict, int]:
         """The strip's columns for every row the store holds (shared by every open page) and the newest row's
         number."""
-        inventory = self.store.inventory
-        return self.ticks.store_columns("health strip", self.store, lambda rows: history_columns(inventory, rows))
+        return self.ticks.store_columns(STRIP, self.store, self._strip_columns)
+
+    def _strip_columns(self, rows: Sequence[Snapshot]) -> DataDict:
+        return history_columns(self.store.inventory, rows)
 
     def show_live(self) -> None:
         """The strip and the event log from the store again, streaming."""
@@ -423,4 +432,5 @@ def build(doc: Document, ctx: AppContext) -> None:
         if view.control is not None:
             view.control.open()
 
-    run_in_stages(doc, [view.make_strip, view.show_strip, finish], staged=ctx.staged_builds)
+    filled = [*view.warming, view.show_live] if view.warming else []
+    run_in_stages(doc, [*filled, view.make_strip, view.show_strip, finish], staged=ctx.staged_builds)

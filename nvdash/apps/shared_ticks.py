@@ -8,10 +8,12 @@ snapshot objects), so sessions that lag behind or were paused compute their own.
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -107,25 +109,68 @@ class TickCache:
         them, dropping those the store no longer holds. ``compute`` must compute each row on its own (no value
         may depend on a neighbouring row) and return columns of one length. The caller gets its own copy.
         """
+        held = self._extend(name, store, compute, limit=None)
+        return {key: _own_copy(values) for key, values in held.data.items()}, held.seq
+
+    def unwarmed_rows(self, name: Hashable, store: Store) -> int:
+        """How many of ``store``'s rows :meth:`store_columns` would compute now for ``name``."""
         rows, seq = store.since(0)
+        held = self._held(name, store, seq, len(rows))
+        return len(rows) if held is None else seq - held.seq
+
+    def warm(self, name: Hashable, store: Store, compute: Callable[[Sequence[Snapshot]], Columns],
+             rows: int) -> None:
+        """Compute at most ``rows`` more of the store's rows for ``name``, oldest first: a page that opens on a
+        cold cache computes it a slice per turn of the event loop instead of all of it in one."""
+        self._extend(name, store, compute, limit=max(1, rows))
+
+    def _held(self, name: Hashable, store: Store, seq: int, size: int) -> _StoreColumns | None:
+        """The kept columns of ``name`` if the store (``size`` rows up to ``seq``) still holds some of their rows."""
         held = self._store_columns.get(name)
-        data: Columns | None = None
-        if held is not None and held.store() is store and held.seq <= seq:
+        if held is None or held.store() is not store or held.seq > seq:
+            return None
+        kept = size - (seq - held.seq)
+        return held if 0 < kept <= held.count else None
+
+    def _extend(self, name: Hashable, store: Store, compute: Callable[[Sequence[Snapshot]], Columns],
+                limit: int | None) -> _StoreColumns:
+        """The kept columns of ``name`` brought up to the store's newest row, or ``limit`` rows closer to it."""
+        rows, seq = store.since(0)
+        held = self._held(name, store, seq, len(rows))
+        if held is None:
+            wanted = rows if limit is None else rows[:limit]
+            data = compute(wanted)
+            count = len(wanted)
+        else:
             new = seq - held.seq
             kept = len(rows) - new
-            if 0 < kept <= held.count:
-                start = held.count - kept
-                if new:
-                    fresh = compute(rows[kept:])
-                    self.rows_computed += new
-                    data = {key: _joined(_tail(values, start), fresh[key]) for key, values in held.data.items()}
-                else:
-                    data = {key: _tail(values, start) for key, values in held.data.items()}
-        if data is None:
-            data = compute(rows)
-            self.rows_computed += len(rows)
-        self._store_columns[name] = _StoreColumns(weakref.ref(store), seq, len(rows), data)
+            start = held.count - kept
+            wanted = rows[kept:] if limit is None else rows[kept:kept + limit]
+            if wanted:
+                fresh = compute(wanted)
+                data = {key: _joined(_tail(values, start), fresh[key]) for key, values in held.data.items()}
+            else:
+                data = {key: _tail(values, start) for key, values in held.data.items()}
+            count = kept + len(wanted)
+        self.rows_computed += len(wanted)
+        covered = seq - (len(rows) - count)
+        made = _StoreColumns(weakref.ref(store), covered, count, data)
+        self._store_columns[name] = made
         self._store_columns.move_to_end(name)
         if len(self._store_columns) > STORE_COLUMNS_CAPACITY:
             self._store_columns.popitem(last=False)
-        return {key: _own_copy(values) for key, values in data.items()}, seq
+        return made
+
+
+WARM_ROWS = 200
+"""Rows of a cold whole-store computation done per turn of the event loop (GPU Health's strip: about 15 ms)."""
+
+
+def warming(ticks: TickCache, name: Hashable, store: Store,
+            compute: Callable[[Sequence[Snapshot]], Columns]) -> list[Callable[[], None]]:
+    """Steps that compute the store's columns of ``name`` :data:`WARM_ROWS` rows at a time, for a page to run one
+    per turn before it shows them; none when at most that many are missing (the page computes them at once)."""
+    missing = ticks.unwarmed_rows(name, store)
+    if missing <= WARM_ROWS:
+        return []
+    return [partial(ticks.warm, name, store, compute, WARM_ROWS)] * math.ceil(missing / WARM_ROWS)

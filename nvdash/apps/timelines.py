@@ -37,7 +37,7 @@ from nvdash.apps.figures import (
 )
 from nvdash.apps.live import Follower, follow, pause_toggle, refresh_batch, streamable
 from nvdash.apps.rows import FloatArray, column, gpu_sample, gpu_value, time_ms
-from nvdash.apps.shared_ticks import TickCache
+from nvdash.apps.shared_ticks import TickCache, warming
 from nvdash.apps.stages import Stage, StagedGrid, run_in_stages
 from nvdash.apps.theme import apply_theme
 from nvdash.apps.time_range import TimeRangeControl
@@ -377,9 +377,16 @@ class TimelineView:
     def history_request(self) -> tuple[list[str], list[int] | None]:
         return history_metrics(all_series(self.panels)), None
 
+    def _columns(self, rows: Sequence[Snapshot]) -> DataDict:
+        return timeline_data(rows, self.panels)
+
     def store_data(self) -> tuple[DataDict, int]:
         """The columns of every row the store holds (shared by the route's pages) and the newest row's number."""
-        return self.ticks.store_columns(("store", self.name), self.store, lambda rows: timeline_data(rows, self.panels))
+        return self.ticks.store_columns(("store", self.name), self.store, self._columns)
+
+    def warming(self) -> list[Stage]:
+        """The steps that compute :meth:`store_data` a slice at a time when the route's columns are cold."""
+        return warming(self.ticks, ("store", self.name), self.store, self._columns)
 
     def show_live(self) -> None:
         data, seq = self.store_data()
@@ -453,7 +460,8 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
         # Made with the page: adding them to a shown page later costs the browser about a second.
         layers.prepare()
     view = TimelineView(ctx.store, panels, source, layers, legends, ticks=ctx.ticks, name=title)
-    source.data, seq = view.store_data()
+    warm = view.warming()  # a cold route's columns are computed in slices first, then shown (``show_live``)
+    source.data, seq = (timeline_data([], panels), ctx.store.last_seq) if warm else view.store_data()
     pause = pause_toggle()
     view.control = TimeRangeControl(doc, ctx, view, x_range, pause=pause, dark=dark)
     view.follower = follow(doc, ctx, seq, view.on_rows, pause, batch=refresh_batch(ctx))
@@ -486,5 +494,6 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
             view.control.open()
 
     stages: list[Stage] = [stage for panel in panels for stage in (partial(make_plot, panel), join_page, join_legends)]
-    run_in_stages(doc, [*stages, finish], staged=ctx.staged_builds)
+    filled: list[Stage] = [*warm, view.show_live] if warm else []
+    run_in_stages(doc, [*filled, *stages, finish], staged=ctx.staged_builds)
     return source

@@ -12,7 +12,7 @@ from bokeh.protocol import Protocol
 
 from nvdash.apps import gpu_resources, gpu_utilization
 from nvdash.apps.live import SMALL_STREAM_ROWS, streamable
-from nvdash.apps.shared_ticks import TickCache
+from nvdash.apps.shared_ticks import WARM_ROWS, TickCache
 from nvdash.sampling.records import Snapshot
 from nvdash.store import Store
 from tests.unit.test_apps import INVENTORY, NEW_ROW, ROWS, make_ctx, tick
@@ -173,3 +173,44 @@ def test_pages_opening_later_compute_only_the_new_rows() -> None:
     assert ctx.ticks.rows_computed == computed + 1
     (source,) = [s for s in doc.select({"type": ColumnDataSource}) if "util/0" in s.data]
     assert list(source.data["util/0"]) == [row.gpus[0].utilization_pct for row in (*ROWS, NEW_ROW)]
+
+
+def test_a_cold_computation_is_warmed_a_slice_at_a_time_oldest_first() -> None:
+    cache = TickCache()
+    store = _store(capacity=10, count=7)
+    assert cache.unwarmed_rows("page", store) == 7
+    cache.warm("page", store, _times, 3)
+    assert (cache.unwarmed_rows("page", store), cache.rows_computed) == (4, 3)
+    store.append(Snapshot(1007.0, ROWS[0].gpus, ROWS[0].host))  # a row arrives meanwhile
+    cache.warm("page", store, _times, 3)
+    assert (cache.unwarmed_rows("page", store), cache.rows_computed) == (2, 6)
+    cache.warm("page", store, _times, 3)
+    assert (cache.unwarmed_rows("page", store), cache.rows_computed) == (0, 8)
+    data, seq = cache.store_columns("page", store, _times)
+    assert list(data["time"]) == [1000.0 + n for n in range(8)]
+    assert data["label"] == [f"t={1000 + n}" for n in range(8)]
+    assert (seq, cache.rows_computed) == (8, 8)  # every row computed once
+
+
+def test_warming_that_the_store_rolled_past_starts_over() -> None:
+    cache = TickCache()
+    store = _store(capacity=4, count=4)
+    cache.warm("page", store, _times, 2)  # rows 1000 and 1001
+    for n in range(4, 7):  # the store now holds 1003..1006: neither computed row is left
+        store.append(Snapshot(1000.0 + n, ROWS[0].gpus, ROWS[0].host))
+    assert cache.unwarmed_rows("page", store) == 4
+    cache.warm("page", store, _times, 2)
+    data, _ = cache.store_columns("page", store, _times)
+    assert list(data["time"]) == [1003.0, 1004.0, 1005.0, 1006.0]
+
+
+def test_a_page_on_a_cold_route_shows_the_whole_store_after_its_warming_steps() -> None:
+    ctx = make_ctx()
+    for n in range(WARM_ROWS + 50):  # more rows than one step computes
+        ctx.store.append(Snapshot(ROWS[-1].time_s + 1.0 + n, ROWS[-1].gpus, ROWS[-1].host))
+    rows, _ = ctx.store.since(0)
+    doc = Document()
+    gpu_resources.build(doc, ctx)  # no server: the steps run at once
+    (source,) = [s for s in doc.select({"type": ColumnDataSource}) if "util/0" in s.data]
+    assert list(source.data["time"]) == [row.time_s * 1000.0 for row in rows]
+    assert ctx.ticks.rows_computed == len(rows)  # each row once, over two steps
