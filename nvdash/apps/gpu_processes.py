@@ -149,9 +149,9 @@ class ProcessesView:
         self.controls = row(self.gpu, self.user, self.namespace, self.pod, self.text, self.count,
                             sizing_mode="stretch_width", name="filters")
         self.table_source = ColumnDataSource(data=columns(None), name="processes")
-        self.table = _table(self.table_source, _table_columns(), dark, sizing_mode="stretch_width",
-                            height=table_height(0), name="process-table")
-        self.optional = {column.field: column for column in self.table.columns if column.field in OPTIONAL_COLUMNS}
+        self.table: DataTable | None = None
+        """Made after the page's frame (:meth:`make_table`)."""
+        self.optional: dict[str, TableColumn] = {}
         segments, labels = memory_columns(gpus, None)
         self.segments = ColumnDataSource(data=segments, name="memory-segments")
         self.labels = ColumnDataSource(data=labels, name="memory-labels")
@@ -168,6 +168,20 @@ class ProcessesView:
         self.idle_note = Div(text="", sizing_mode="stretch_width", styles={**style, "opacity": "0.7"},
                              name="idle-note")
         self._show_usage(None)
+
+    def make_table(self) -> DataTable:
+        """The process table, showing what the view shows now."""
+        self.table = _table(self.table_source, _table_columns(), self.dark, sizing_mode="stretch_width",
+                            height=table_height(len(self.table_source.data["pid"])), name="process-table",
+                            visible=self.usage is not None)
+        self.optional = {column.field: column for column in self.table.columns if column.field in OPTIONAL_COLUMNS}
+        self._show_columns(columns(self.usage))
+        return self.table
+
+    def _show_columns(self, everything: dict[str, list[Any]]) -> None:
+        """Only the optional columns that some process has a value in."""
+        for field, column in self.optional.items():
+            _set(column, "visible", any(everything[field]))
 
     def make_memory(self) -> figure:
         """The memory bars, with the rows they show now."""
@@ -200,12 +214,11 @@ class ProcessesView:
     def _show_usage(self, usage: Usage | None) -> None:
         _set(self.status, "text", status_html(usage))
         for part in (self.controls, self.table, self.idle_title):
-            _set(part, "visible", usage is not None)
+            if part is not None:
+                _set(part, "visible", usage is not None)
         for select, values in ((self.user, "user"), (self.namespace, "namespace"), (self.pod, "pod")):
             _set(select, "options", _options(choices(filter_values(usage)[values], select.value)))
-        everything = columns(usage)
-        for field, column in self.optional.items():
-            _set(column, "visible", any(everything[field]))
+        self._show_columns(columns(usage))
         idle = idle_columns(usage)
         self.idle_source.data = idle  # DataTables redraw on new data, not on patches (BokehJS 3.9)
         _set(self.idle, "visible", bool(idle["pod"]))
@@ -217,7 +230,8 @@ class ProcessesView:
         """Rebuild the table from the last usage reading with the current filters."""
         data = columns(self.usage, self.filter())
         self.table_source.data = data
-        _set(self.table, "height", table_height(len(data["pid"])))
+        if self.table is not None:
+            _set(self.table, "height", table_height(len(data["pid"])))
         total = 0 if self.usage is None else len(self.usage.processes)
         _set(self.count, "text", "" if self.usage is None else f"showing {len(data['pid'])} of {total}")
 
@@ -249,6 +263,7 @@ def build(doc: Document, ctx: AppContext) -> None:
     view.show(snapshot)
     pause = pause_toggle()
     follow(doc, ctx, seq, view.on_rows, pause)
-    add_page(doc, TITLE, row(view.status, pause, sizing_mode="stretch_width"), view.controls, view.table,
-             Later(view.make_memory, sizing_mode="stretch_width"), view.idle_title, view.idle, view.idle_note,
-             dark=dark, staged=ctx.staged_builds)
+    add_page(doc, TITLE, row(view.status, pause, sizing_mode="stretch_width"), view.controls,
+             Later(view.make_table, sizing_mode="stretch_width"),
+             Later(view.make_memory, sizing_mode="stretch_width"),
+             view.idle_title, view.idle, view.idle_note, dark=dark, staged=ctx.staged_builds)

@@ -17,6 +17,7 @@ from bokeh.plotting import figure
 
 from nvdash.apps.context import AppContext
 from nvdash.apps.figures import add_page, gpu_label, text_color
+from nvdash.apps.stages import Later
 from nvdash.apps.theme import apply_theme
 from nvdash.sampling.records import GpuInfo, Inventory
 
@@ -127,4 +128,5 @@ def build(doc: Document, ctx: AppContext) -> None:
         return
     side = Div(text=f"{gpus_html(inventory.gpus[: _gpu_count(inventory)])}<br>{legend_html()}", styles=style,
                sizing_mode="stretch_height", width=560)
-    add_page(doc, TITLE, row(_grid(inventory), side, sizing_mode="stretch_both"), dark=dark)
+    add_page(doc, TITLE, Later(lambda: row(_grid(inventory), side, sizing_mode="stretch_both")), dark=dark,
+             staged=ctx.staged_builds)
