@@ -34,7 +34,7 @@ from nvdash.apps.figures import (
 )
 from nvdash.apps.live import Follower, follow, pause_toggle, streamable
 from nvdash.apps.rows import FloatArray, gpu_reading, gpu_value, nan_if_none
-from nvdash.apps.shared_ticks import TickCache, warming
+from nvdash.apps.shared_ticks import TickCache, opening_columns
 from nvdash.apps.stages import Stage, StagedGrid, run_in_stages
 from nvdash.apps.theme import apply_theme, request_arguments
 from nvdash.apps.time_range import TimeRangeControl
@@ -239,11 +239,12 @@ class DetailsView:
         self.ticks = ticks if ticks is not None else TickCache(capacity=4)
         self.info = info
         self.panels = detail_panels(info)
-        panels = self.panels  # the GPU's own, even if another is chosen while they run
-        self.warming = warming(self.ticks, self._store_name(), store, lambda rows: timeline_data(rows, panels)) \
-            if ticks is not None else []
-        """On a cold cache, the steps that compute the GPU's store columns a slice at a time; shown after them."""
-        data, self.seq = (self.data([]), store.last_seq) if self.warming else self.store_data()
+        panels = self.panels  # the GPU's own, even if another is chosen while the steps run
+        data, self.seq, self.warming = opening_columns(self.ticks, self._store_name(), store,
+                                                       lambda rows: timeline_data(rows, panels)) \
+            if ticks is not None else (*self.store_data(), [])
+        # warming: on a cold cache, the steps that compute the GPU's store columns a slice at a time (the page
+        # runs them, then show_live).
         self.source = ColumnDataSource(data=data)
         self.header = Div(text="", sizing_mode="stretch_width", styles={"color": text_color(dark)})
         self.gpm_note = Div(text=GPM_NOT_AVAILABLE, sizing_mode="stretch_width", styles={"color": text_color(dark)})

@@ -48,7 +48,7 @@ from nvdash.apps.figures import (
 )
 from nvdash.apps.live import period_ms, streamable
 from nvdash.apps.rows import FloatArray, gpu_sample, time_ms
-from nvdash.apps.shared_ticks import TickCache, warming
+from nvdash.apps.shared_ticks import TickCache, opening_columns
 from nvdash.apps.stages import run_in_stages
 from nvdash.apps.theme import apply_theme
 from nvdash.apps.time_range import TimeRangeControl
@@ -300,10 +300,10 @@ class HealthView:
         self.ticks = ticks if ticks is not None else TickCache(capacity=4)
         """The strip's new columns and the status, computed once per tick for every open page."""
         style: dict[str, str | None] = {"color": text_color(dark)}
-        self.warming = warming(ticks, STRIP, store, self._strip_columns) if ticks is not None else []
-        """On a cold cache, the steps that compute the strip's columns a slice at a time; shown after them."""
-        strip, self.history_seq = (history_columns(store.inventory, []), store.last_seq) if self.warming \
-            else self.strip_data()
+        strip, self.history_seq, self.warming = opening_columns(self.ticks, STRIP, store, self._strip_columns) \
+            if ticks is not None else (*self.strip_data(), [])
+        # warming: on a cold cache, the steps that compute the strip's columns a slice at a time (the page runs
+        # them, then show_live).
         self.history = ColumnDataSource(data=strip)
         self.x_range = timeline_range()
         self.strip = Column(children=[], sizing_mode="stretch_width")

@@ -166,11 +166,16 @@ WARM_ROWS = 200
 """Rows of a cold whole-store computation done per turn of the event loop (GPU Health's strip: about 15 ms)."""
 
 
-def warming(ticks: TickCache, name: Hashable, store: Store,
-            compute: Callable[[Sequence[Snapshot]], Columns]) -> list[Callable[[], None]]:
-    """Steps that compute the store's columns of ``name`` :data:`WARM_ROWS` rows at a time, for a page to run one
-    per turn before it shows them; none when at most that many are missing (the page computes them at once)."""
+def opening_columns(ticks: TickCache, name: Hashable, store: Store, compute: Callable[[Sequence[Snapshot]], Columns]
+                    ) -> tuple[Columns, int, list[Callable[[], None]]]:
+    """What a page that opens starts from: the store's columns of ``name`` and the newest row's number, and no
+    steps, when at most :data:`WARM_ROWS` rows are missing; else empty columns, the newest row's number and the
+    steps that compute the store's columns :data:`WARM_ROWS` rows at a time, for the page to run one per turn and
+    then show the store's columns."""
     missing = ticks.unwarmed_rows(name, store)
     if missing <= WARM_ROWS:
-        return []
-    return [partial(ticks.warm, name, store, compute, WARM_ROWS)] * math.ceil(missing / WARM_ROWS)
+        data, seq = ticks.store_columns(name, store, compute)
+        return data, seq, []
+    steps: list[Callable[[], None]] = [partial(ticks.warm, name, store, compute, WARM_ROWS)] * math.ceil(
+        missing / WARM_ROWS)
+    return compute([]), store.last_seq, steps

@@ -37,7 +37,7 @@ from nvdash.apps.figures import (
 )
 from nvdash.apps.live import Follower, follow, pause_toggle, refresh_batch, streamable
 from nvdash.apps.rows import FloatArray, column, gpu_sample, gpu_value, time_ms
-from nvdash.apps.shared_ticks import TickCache, warming
+from nvdash.apps.shared_ticks import TickCache, opening_columns
 from nvdash.apps.stages import Stage, StagedGrid, run_in_stages
 from nvdash.apps.theme import apply_theme
 from nvdash.apps.time_range import TimeRangeControl
@@ -384,9 +384,10 @@ class TimelineView:
         """The columns of every row the store holds (shared by the route's pages) and the newest row's number."""
         return self.ticks.store_columns(("store", self.name), self.store, self._columns)
 
-    def warming(self) -> list[Stage]:
-        """The steps that compute :meth:`store_data` a slice at a time when the route's columns are cold."""
-        return warming(self.ticks, ("store", self.name), self.store, self._columns)
+    def opening(self) -> tuple[DataDict, int, list[Stage]]:
+        """The columns to open with, their newest row's number, and the steps to run before :meth:`show_live`
+        when the route's columns are cold (see :func:`~nvdash.apps.shared_ticks.opening_columns`)."""
+        return opening_columns(self.ticks, ("store", self.name), self.store, self._columns)
 
     def show_live(self) -> None:
         data, seq = self.store_data()
@@ -460,8 +461,7 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
         # Made with the page: adding them to a shown page later costs the browser about a second.
         layers.prepare()
     view = TimelineView(ctx.store, panels, source, layers, legends, ticks=ctx.ticks, name=title)
-    warm = view.warming()  # a cold route's columns are computed in slices first, then shown (``show_live``)
-    source.data, seq = (timeline_data([], panels), ctx.store.last_seq) if warm else view.store_data()
+    source.data, seq, warm = view.opening()  # a cold route's columns are computed in slices, then shown
     pause = pause_toggle()
     view.control = TimeRangeControl(doc, ctx, view, x_range, pause=pause, dark=dark)
     view.follower = follow(doc, ctx, seq, view.on_rows, pause, batch=refresh_batch(ctx))
