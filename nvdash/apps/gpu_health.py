@@ -20,7 +20,6 @@ from bokeh.document import Document
 from bokeh.layouts import row
 from bokeh.models import (
     BasicTickFormatter,
-    Column,
     ColumnDataSource,
     CustomJSHover,
     DataRange1d,
@@ -49,7 +48,7 @@ from nvdash.apps.figures import (
 from nvdash.apps.live import period_ms, streamable
 from nvdash.apps.rows import FloatArray, gpu_sample, time_ms
 from nvdash.apps.shared_ticks import TickCache, opening_columns
-from nvdash.apps.stages import run_in_stages
+from nvdash.apps.stages import placeholder, run_in_stages
 from nvdash.apps.theme import apply_theme
 from nvdash.apps.time_range import TimeRangeControl
 from nvdash.health.hints import Hint, bottleneck_hints
@@ -306,7 +305,7 @@ class HealthView:
         # them, then show_live).
         self.history = ColumnDataSource(data=strip)
         self.x_range = timeline_range()
-        self.strip = Column(children=[], sizing_mode="stretch_width")
+        self.strip = placeholder("stretch_width")
         """Where the strip goes: made in a stage of its own on a server (see :meth:`make_strip`)."""
         self.strip_figure: figure | None = None
         self.status = Div(text="", sizing_mode="stretch_width", styles=style, name="status")

@@ -26,6 +26,7 @@ from bokeh.models import (
     GridPlot,
     Plot,
     SaveTool,
+    Spacer,
     Tool,
     Toolbar,
     ToolProxy,
@@ -132,7 +133,15 @@ class StagedGrid:
 
 
 PLACEHOLDER_NAME = "nvdash-later"
-"""The name of the empty column a :class:`Later` part holds its place with until it is made."""
+"""The name of the column a :class:`Later` part holds its place with."""
+PENDING_NAME = "nvdash-later-pending"
+"""The name of the empty spacer a place holds until its part is made (an empty column would make Bokeh log an
+``EMPTY_LAYOUT`` warning for every page opened)."""
+
+
+def placeholder(sizing_mode: SizingModeType, name: str | None = None) -> Column:
+    """A column that holds only an empty, zero-sized spacer until a part is put in it."""
+    return Column(children=[Spacer(width=0, height=0, name=PENDING_NAME)], sizing_mode=sizing_mode, name=name)
 
 
 class Later:
@@ -143,7 +152,7 @@ class Later:
 
     def __init__(self, make: Callable[[], UIElement], *, sizing_mode: SizingModeType = "stretch_both") -> None:
         self.make = make
-        self.place = Column(children=[], sizing_mode=sizing_mode, name=PLACEHOLDER_NAME)
+        self.place = placeholder(sizing_mode, PLACEHOLDER_NAME)
         self.made: UIElement | None = None
 
     def _make(self) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from bokeh.client import ClientSession, pull_session
 from bokeh.models import ColumnDataSource, GridPlot
 
-from nvdash.apps.stages import PLACEHOLDER_NAME
+from nvdash.apps.stages import PENDING_NAME
 from tests.conftest import wait_for
 
 
@@ -23,10 +23,8 @@ def open_session(url: str, route: str) -> ClientSession:
     session = pull_session(url=url + route)
 
     def built() -> bool:
-        places = session.document.select({"name": PLACEHOLDER_NAME})
-        if all(len(grid.toolbar.tools) for grid in session.document.select({"type": GridPlot})) and all(
-            place.children for place in places
-        ):
+        pending = list(session.document.select({"name": PENDING_NAME}))
+        if all(len(grid.toolbar.tools) for grid in session.document.select({"type": GridPlot})) and not pending:
             return True
         receive_for(session, 0.1)  # only a live page: a static one sends nothing that would end this
         return False

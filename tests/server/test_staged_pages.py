@@ -5,7 +5,7 @@ from __future__ import annotations
 from bokeh.client import pull_session
 from bokeh.models import ColumnDataSource, GridPlot, Plot, ToolProxy
 
-from nvdash.apps.stages import PLACEHOLDER_NAME
+from nvdash.apps.stages import PENDING_NAME, PLACEHOLDER_NAME
 from tests.conftest import nvdash_server, wait_for
 from tests.server.bokeh_viewer import receive_for
 
@@ -49,14 +49,15 @@ def test_a_bar_page_arrives_as_its_frame_then_its_figure() -> None:
         session = pull_session(url=server.url + "/GPU-Utilization")
         try:
             (place,) = session.document.select({"name": PLACEHOLDER_NAME})
-            assert place.children == []  # the pulled document: the page's frame, no figure yet
+            # the pulled document: the page's frame, its place holding an empty spacer, no figure yet
+            assert [child.name for child in place.children] == [PENDING_NAME]
             assert not list(session.document.select({"type": Plot}))
 
             def figures() -> list[Plot]:
                 receive_for(session, 0.2)
                 return list(place.children)
 
-            (fig,) = wait_for(figures, lambda found: len(found) == 1, timeout_s=60)
+            (fig,) = wait_for(figures, lambda found: len(found) == 1 and isinstance(found[0], Plot), timeout_s=60)
             assert fig.title.text == "GPU utilization"
             (source,) = {renderer.data_source for renderer in fig.renderers}  # the bars' source came with it
             assert len(source.data["gpu"]) == 8
