@@ -108,8 +108,10 @@ def _options(values: Sequence[str]) -> list[str | tuple[Any, str]]:
     return list(values)
 
 
-def _chosen(value: str) -> str | None:
-    return None if value == ALL else value
+def _chosen(value: object) -> str | None:
+    """A filter's choice; ``None`` for all. Select's value takes anything a client sends: a non-string is
+    no option, so it filters nothing."""
+    return value if isinstance(value, str) and value != ALL else None
 
 
 def _gpu_index(value: str | None) -> int | None:
@@ -217,7 +219,7 @@ class ProcessesView:
             if part is not None:
                 _set(part, "visible", usage is not None)
         for select, values in ((self.user, "user"), (self.namespace, "namespace"), (self.pod, "pod")):
-            _set(select, "options", _options(choices(filter_values(usage)[values], select.value)))
+            _set(select, "options", _options(choices(filter_values(usage)[values], _chosen(select.value) or ALL)))
         self._show_columns(columns(usage))
         idle = idle_columns(usage)
         self.idle_source.data = idle  # DataTables redraw on new data, not on patches (BokehJS 3.9)

@@ -408,6 +408,23 @@ def test_a_selected_value_that_disappears_stays_selectable() -> None:
     assert page.column("pid") == []
 
 
+@pytest.mark.parametrize("forged", [None, 7, ["alice"], {"x": 1}])
+def test_a_forged_filter_value_filters_nothing_and_updates_go_on(forged: object) -> None:
+    """Select's value takes anything a client's PATCH-DOC sends; a value that is no option must not break the
+    page's updates."""
+    ctx = make_ctx()
+    page = Page(ctx)
+    unfiltered = page.column("pid")
+    assert len(unfiltered) == len(USAGE.processes)
+    page.named("filter-user", Select).value = forged
+    assert page.column("pid") == unfiltered
+    newcomer = replace(VIEWER, pid=4444, gpu_index=2, gpu_uuid="GPU-2", gpu_memory_bytes=3 * GiB)
+    ctx.store.append(snapshot(NOW + 2, replace(USAGE, time_s=NOW + 2, processes=(TRAINER, newcomer))))
+    tick(page.doc)
+    assert page.column("pid") == [4242, 4444]
+    assert page.named("filter-user", Select).options == ["all", "alice", "bob"]
+
+
 def test_the_document_is_valid() -> None:
     page = Page(make_ctx())
     with warnings.catch_warnings():
