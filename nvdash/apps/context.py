@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nvdash.apps.shared_ticks import TickCache
+from nvdash.apps.stages import Staging
 from nvdash.history.query import HistoryBackend
 from nvdash.store import Store
 
@@ -34,9 +35,9 @@ class AppContext:
     """True for a page with no live readings of its own (the cluster's, read from Prometheus)."""
     cluster: ClusterRuntime | None = None
     """The cluster over Prometheus (``--prometheus``); ``None`` when not asked for."""
-    staged_builds: bool = False
-    """Whether heavy pages are built in stages once their viewer connects (on a server; see
-    :mod:`nvdash.apps.stages`), rather than all at once."""
+    staging: Staging | None = None
+    """On a server: heavy pages are built in stages once their viewer connects (see :mod:`nvdash.apps.stages`),
+    each turn under the server's guard; ``None``: all at once."""
     ticks: TickCache = field(default_factory=TickCache, compare=False)
     """Per-tick results shared by every session of a route (see :mod:`nvdash.apps.shared_ticks`)."""
 

@@ -35,7 +35,7 @@ from bokeh.models.widgets import DataTable, TableColumn
 from bokeh.palettes import Category10_10, Viridis256
 from bokeh.plotting import figure
 
-from nvdash.apps.stages import Later, run_in_stages
+from nvdash.apps.stages import Later, Staging, run_in_stages
 from nvdash.apps.visibility import hidden_flag
 from nvdash.sampling.records import GpuInfo
 from nvdash.units import (
@@ -381,10 +381,11 @@ def bar_labels(
     )
 
 
-def add_page(doc: Document, title: str, *children: UIElement | Later, dark: bool, staged: bool = False) -> None:
+def add_page(doc: Document, title: str, *children: UIElement | Later, dark: bool,
+             staging: Staging | None = None) -> None:
     """Title the document and add its content stacked so it fills the pane or browser window (with the invisible
     flag by which the browser says when nobody can see the page: :mod:`nvdash.apps.visibility`). The
-    :class:`~nvdash.apps.stages.Later` parts are made after the page's frame when ``staged`` (on a server), else
+    :class:`~nvdash.apps.stages.Later` parts are made after the page's frame with ``staging`` (on a server), else
     at once."""
     doc.title = title
     styles = {"background-color": DARK_BACKGROUND} if dark else {}
@@ -392,7 +393,7 @@ def add_page(doc: Document, title: str, *children: UIElement | Later, dark: bool
     doc.add_root(column(*parts, hidden_flag(doc), sizing_mode="stretch_both", styles=styles))
     later = [stage for child in children if isinstance(child, Later) for stage in child.stages()]
     if later:
-        run_in_stages(doc, later, staged=staged)
+        run_in_stages(doc, later, staging=staging)
 
 
 DARK_TABLE_CSS = """

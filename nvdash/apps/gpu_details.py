@@ -406,4 +406,4 @@ def build(doc: Document, ctx: AppContext) -> None:
 
     stages: list[Stage] = [stage for panel in view.panels for stage in (partial(make_plot, panel), join_page)]
     filled: list[Stage] = [*view.warming, view.show_live] if view.warming else []
-    run_in_stages(doc, [*filled, *stages, finish], staged=ctx.staged_builds)
+    run_in_stages(doc, [*filled, *stages, finish], staging=ctx.staging)

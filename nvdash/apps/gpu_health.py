@@ -432,4 +432,4 @@ def build(doc: Document, ctx: AppContext) -> None:
             view.control.open()
 
     filled = [*view.warming, view.show_live] if view.warming else []
-    run_in_stages(doc, [*filled, view.make_strip, view.show_strip, finish], staged=ctx.staged_builds)
+    run_in_stages(doc, [*filled, view.make_strip, view.show_strip, finish], staging=ctx.staging)

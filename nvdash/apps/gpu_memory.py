@@ -130,4 +130,4 @@ def build(doc: Document, ctx: AppContext) -> None:
         refresh(source, data)
 
     follow(doc, ctx, seq, show, batch=refresh_batch(ctx))
-    add_page(doc, TITLE, Later(make), dark=dark, staged=ctx.staged_builds)
+    add_page(doc, TITLE, Later(make), dark=dark, staging=ctx.staging)

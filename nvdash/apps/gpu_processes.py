@@ -268,4 +268,4 @@ def build(doc: Document, ctx: AppContext) -> None:
     add_page(doc, TITLE, row(view.status, pause, sizing_mode="stretch_width"), view.controls,
              Later(view.make_table, sizing_mode="stretch_width"),
              Later(view.make_memory, sizing_mode="stretch_width"),
-             view.idle_title, view.idle, view.idle_note, dark=dark, staged=ctx.staged_builds)
+             view.idle_title, view.idle, view.idle_note, dark=dark, staging=ctx.staging)

@@ -129,4 +129,4 @@ def build(doc: Document, ctx: AppContext) -> None:
     side = Div(text=f"{gpus_html(inventory.gpus[: _gpu_count(inventory)])}<br>{legend_html()}", styles=style,
                sizing_mode="stretch_height", width=560)
     add_page(doc, TITLE, Later(lambda: row(_grid(inventory), side, sizing_mode="stretch_both")), dark=dark,
-             staged=ctx.staged_builds)
+             staging=ctx.staging)

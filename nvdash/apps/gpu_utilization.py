@@ -69,4 +69,4 @@ def build(doc: Document, ctx: AppContext) -> None:
                                     ("temperature", "@temperature"), ("power", "@power")])
         return fig
 
-    add_page(doc, TITLE, Later(make), dark=dark, staged=ctx.staged_builds)
+    add_page(doc, TITLE, Later(make), dark=dark, staging=ctx.staging)

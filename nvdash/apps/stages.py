@@ -13,6 +13,8 @@ of models it already has. Without a server (tests, benchmarks) they run at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 
 from bokeh.core.enums import SizingModeType
 from bokeh.document import Document
@@ -34,6 +36,16 @@ from bokeh.models import (
 from bokeh.models.ui import UIElement
 
 Stage = Callable[[], None]
+TurnGuard = Callable[[], AbstractContextManager[object]]
+"""What a page-building turn runs under (the server's garbage-collection policy, see
+:func:`nvdash.server.gc_policy.building`)."""
+
+
+@dataclass(frozen=True)
+class Staging:
+    """How a server builds pages: heavy ones in stages, each stage (and the page's frame) under ``guard``."""
+
+    guard: TurnGuard = nullcontext
 
 CONNECTION_POLL_MS = 20
 """How often a page waits for its viewer before its stages start."""
@@ -54,10 +66,11 @@ def _connected(doc: Document) -> bool | None:
     return None if count is None else count > 0
 
 
-def run_in_stages(doc: Document, stages: Sequence[Stage], *, staged: bool) -> None:
-    """Run ``stages`` in order: all now unless ``staged``; else one per event-loop turn once the viewer has the
-    document (the browser's ``DocumentReady``), so that each stage reaches it as a patch of its own."""
-    if not staged or doc.session_context is None:
+def run_in_stages(doc: Document, stages: Sequence[Stage], *, staging: Staging | None) -> None:
+    """Run ``stages`` in order: all now without ``staging``; else one per event-loop turn, under its guard, once
+    the viewer has the document (the browser's ``DocumentReady``), so that each stage reaches it as a patch of its
+    own."""
+    if staging is None or doc.session_context is None:
         for stage in stages:
             stage()
         return
@@ -70,7 +83,8 @@ def run_in_stages(doc: Document, stages: Sequence[Stage], *, staged: bool) -> No
         if pending:
             # Not under ``doc.models.freeze()``: the patches of a shown document are made as its models change,
             # and a patch made before the document knows its new models refers to models the viewer never gets.
-            pending.pop(0)()
+            with staging.guard():
+                pending.pop(0)()
         if pending:
             doc.add_next_tick_callback(next_stage)
 

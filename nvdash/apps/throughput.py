@@ -185,4 +185,4 @@ def build_throughput(
                                       ("link maximum", "@max_text")])
         return fig
 
-    add_page(doc, title, Later(make), dark=dark, staged=ctx.staged_builds)
+    add_page(doc, title, Later(make), dark=dark, staging=ctx.staging)

@@ -495,5 +495,5 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
 
     stages: list[Stage] = [stage for panel in panels for stage in (partial(make_plot, panel), join_page, join_legends)]
     filled: list[Stage] = [*warm, view.show_live] if warm else []
-    run_in_stages(doc, [*filled, *stages, finish], staged=ctx.staged_builds)
+    run_in_stages(doc, [*filled, *stages, finish], staging=ctx.staging)
     return source

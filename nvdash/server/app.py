@@ -22,11 +22,13 @@ from tornado.ioloop import IOLoop
 from tornado.web import RequestHandler
 
 from nvdash.apps import APPS, AppContext, AppSpec, unavailable_reason
+from nvdash.apps.stages import Staging
 from nvdash.cluster import ClusterRuntime
 from nvdash.health.status import evaluate
 from nvdash.history.csv_io import export_text
 from nvdash.sampling.host_source import interface_addresses
 from nvdash.sampling.sampler import Sampler
+from nvdash.server import gc_policy
 from nvdash.server.access import url_host
 from nvdash.server.auth import Gate, TokenAuth, admitted
 from nvdash.server.history_api import ExportCsvHandler, HistoryJsonHandler, history_health
@@ -106,7 +108,11 @@ def websocket_origins(settings: Settings, addresses: Callable[[], list[str]] = i
 
 def _application(spec: AppSpec, context: AppContext) -> Application:
     def build(doc: Document) -> None:
-        spec.build(doc, context)
+        if context.staging is None:
+            spec.build(doc, context)
+            return
+        with context.staging.guard():
+            spec.build(doc, context)
 
     return Application(FunctionHandler(build))
 
@@ -227,7 +233,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
     history = runtime.history
     context = AppContext(store=store, interval_s=settings.interval_s, history=history.backend,
                          history_executor=history.executor, clock=history.clock, replay=history.replay,
-                         cluster=runtime.cluster, staged_builds=True)
+                         cluster=runtime.cluster, staging=Staging(guard=gc_policy.building))
     cluster = runtime.cluster is not None
     prefix = settings.prefix
     applications: dict[str, Application] = {}

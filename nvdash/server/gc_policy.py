@@ -12,6 +12,13 @@ full collections came every few seconds (8 of 63-257 ms in one minute with 10 vi
 lets them die young first; none came in the same minute. Objects that live as long as the server (modules, the
 apps' code) are frozen at start-up so that full collections do not walk them.
 
+Building a page allocates tens of thousands of objects that all live as long as the page (Bokeh's models,
+their property containers). A young collection that lands in a page-building turn walks them in vain: 20-40 ms
+on top of the turn's own 20-40 ms, which made most of the opens that held other viewers' updates over 50 ms
+(``benchmarks/open_stall.py``). So a building turn runs with the collector paused (:func:`building`), and at its
+end everything alive is frozen with the start-up objects: no later young or middle collection walks the page
+either. Cyclic garbage frozen with it waits for the next full collection.
+
 A discarded document is itself garbage in reference cycles (Bokeh's models point back at their document, each
 property's list or dict at its model) that was promoted to the oldest generation long before, so only a full
 collection would free it. Left to Python's thresholds, the documents of about a hundred closed panes (around
@@ -24,7 +31,8 @@ page) waits for a full collection, one every :data:`FULL_EVERY` discarded docume
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
@@ -50,7 +58,11 @@ class RareCollector:
         """Collect ``generation`` on every ``full_every``-th call, nothing otherwise (returns what was freed)."""
         self._calls += 1
         if self._calls % self._full_every == 0:
-            return gc.collect(generation)
+            gc.unfreeze()  # what building turns froze is collected here too
+            try:
+                return gc.collect(generation)
+            finally:
+                gc.freeze()
         return 0
 
     def __getattr__(self, name: str) -> Any:
@@ -78,10 +90,29 @@ def _scrubbing(destroy: Callable[[Document, Any], None]) -> Callable[[Document, 
     return destroy_and_scrub
 
 
+def installed(document_module: ModuleType = bokeh_document) -> bool:
+    """Whether :func:`install` has run: a full collection now and then unfreezes what :func:`building` froze."""
+    return isinstance(getattr(document_module, "gc", None), RareCollector)
+
+
+@contextmanager
+def building() -> Iterator[None]:
+    """A page-building turn: no collection inside; then, with the policy installed, what is alive is frozen."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if installed():
+            gc.freeze()
+        if enabled:
+            gc.enable()
+
+
 def install(document_module: ModuleType = bokeh_document) -> None:
     """Make Bokeh's session clean-up scrub the document's models and collect garbage only now and then
     (idempotent)."""
-    if not isinstance(getattr(document_module, "gc", None), RareCollector):
+    if not installed(document_module):
         document_module.gc = RareCollector()  # type: ignore[attr-defined]
     document_class = document_module.Document
     if not getattr(document_class.destroy, "scrubs", False):

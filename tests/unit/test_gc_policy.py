@@ -139,3 +139,45 @@ def test_thresholds_let_short_lived_objects_die_young() -> None:
         assert gc.get_threshold() == (50_000, 20, 100)
     finally:
         gc.set_threshold(*saved)
+
+
+class _Node:
+    """An object in a reference cycle (only a collection frees it), that a weak reference can watch."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_building_turn_runs_no_collection_and_puts_the_collector_back(collections: list[int]) -> None:
+    frozen = gc.get_freeze_count()
+    enabled = gc.isenabled()
+    with gc_policy.building():
+        assert not gc.isenabled()
+        garbage = [_Node() for _ in range(3 * gc.get_threshold()[0])]  # would trigger young collections
+        del garbage
+        inside = list(collections)
+    assert inside == []
+    assert gc.isenabled() == enabled
+    assert gc.get_freeze_count() == frozen, "without the policy installed nothing is frozen"
+
+
+def test_with_the_policy_a_building_turn_freezes_what_it_made_until_the_next_full_collection(
+        collections: list[int]) -> None:
+    gc_policy.install()
+    collector = bokeh_document.gc
+    assert isinstance(collector, gc_policy.RareCollector)
+    try:
+        with gc_policy.building():
+            page = [_Node() for _ in range(1000)]
+            cyclic_garbage = weakref.ref(_Node())
+        assert gc.get_freeze_count() >= len(page), "the page's objects are out of the collector's sight"
+        gc.collect(1)
+        assert cyclic_garbage() is not None, "frozen: young and middle collections do not walk it"
+        for _ in range(gc_policy.FULL_EVERY - 1):
+            collector.collect()
+        assert cyclic_garbage() is not None
+        collector.collect()  # the 100th discarded document: a full collection of the unfrozen heap
+        assert cyclic_garbage() is None
+        assert gc.get_freeze_count() >= len(page), "what lives on is frozen again"
+    finally:
+        gc.unfreeze()

@@ -8,7 +8,7 @@ from bokeh.models import Tool, ToolProxy
 from bokeh.plotting import figure
 
 from nvdash.apps.figures import Unit, timeline_figure, timeline_range
-from nvdash.apps.stages import StagedGrid, run_in_stages
+from nvdash.apps.stages import StagedGrid, Staging, run_in_stages
 
 
 def _figures() -> list[figure]:
@@ -38,7 +38,7 @@ def test_a_staged_grid_merges_tools_as_gridplot_does() -> None:
 
 def test_stages_run_at_once_without_a_server() -> None:
     ran: list[int] = []
-    run_in_stages(Document(), [lambda: ran.append(1), lambda: ran.append(2)], staged=True)
+    run_in_stages(Document(), [lambda: ran.append(1), lambda: ran.append(2)], staging=Staging())
     assert ran == [1, 2]
-    run_in_stages(Document(), [lambda: ran.append(3)], staged=False)
+    run_in_stages(Document(), [lambda: ran.append(3)], staging=None)
     assert ran == [1, 2, 3]
