@@ -399,11 +399,10 @@ def build(doc: Document, ctx: AppContext) -> None:
     def join_page() -> None:
         grid.add(made.pop(0))
 
-    def finish() -> None:
-        grid.finish()
+    def open_control() -> None:
         if view.control is not None:
             view.control.open()
 
     stages: list[Stage] = [stage for panel in view.panels for stage in (partial(make_plot, panel), join_page)]
     filled: list[Stage] = [*view.warming, view.show_live] if view.warming else []
-    run_in_stages(doc, [*filled, *stages, finish], staging=ctx.staging)
+    run_in_stages(doc, [*filled, *stages, grid.finish, open_control], staging=ctx.staging)

@@ -487,13 +487,14 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
     def join_legends() -> None:
         add_to_legends(doc, made.pop(0)[1])
 
-    def finish() -> None:
-        grid.finish()
+    def show_legends() -> None:
         legends.update(ctx.store.latest())
+
+    def open_control() -> None:
         if view.control is not None:
             view.control.open()
 
     stages: list[Stage] = [stage for panel in panels for stage in (partial(make_plot, panel), join_page, join_legends)]
     filled: list[Stage] = [*warm, view.show_live] if warm else []
-    run_in_stages(doc, [*filled, *stages, finish], staging=ctx.staging)
+    run_in_stages(doc, [*filled, *stages, grid.finish, show_legends, open_control], staging=ctx.staging)
     return source
