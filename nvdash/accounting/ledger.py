@@ -1,0 +1,109 @@
+"""Adding up the owners' shares of each GPU over time: GPU-seconds allocated and busy, energy, memory, activity.
+
+Each reading closes an interval since the previous one; the interval goes to the owners of the reading that closes
+it (NVML's utilization is an average over the time before the reading, as is the energy counter's difference).
+An interval longer than ``max_gap_s`` (the server was stopped, the machine suspended) is not counted: nvdash
+cannot tell who held the GPU meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from nvdash.accounting.attribution import Owner, Share
+from nvdash.accounting.energy import MJ_PER_J, interval_energy_mj
+from nvdash.sampling.records import GpuSample
+
+DEFAULT_MAX_GAP_S = 60.0
+"""The longest interval between readings that is still counted."""
+
+
+@dataclass
+class Tally:
+    """What one owner used of one GPU. Seconds are GPU-seconds (a share of a GPU counts its fraction)."""
+
+    start_s: float
+    end_s: float
+    allocated_s: float = 0.0
+    busy_s: float = 0.0
+    """Allocated seconds in which the unit's utilization was over 0."""
+    activity_known_s: float = 0.0
+    """Allocated seconds with a utilization reading (efficiency is ``busy_s`` over this)."""
+    utilization_s: float = 0.0
+    """Utilization (0-1) integrated over the known seconds: the mean is ``utilization_s / activity_known_s``."""
+    sm_active_s: float = 0.0
+    sm_known_s: float = 0.0
+    energy_j: float = 0.0
+    energy_known_s: float = 0.0
+    memory_byte_s: float = 0.0
+    memory_known_s: float = 0.0
+    peak_memory_bytes: int | None = None
+
+    def add(self, share: Share, time_s: float, seconds: float, energy_mj: int | None) -> None:
+        """Count ``seconds`` of the GPU ending at ``time_s`` (and the GPU's energy in them) for ``share``."""
+        gpu_seconds = seconds * share.fraction
+        self.end_s = max(self.end_s, time_s)
+        self.allocated_s += gpu_seconds
+        if share.utilization_pct is not None:
+            self.activity_known_s += gpu_seconds
+            self.utilization_s += gpu_seconds * share.utilization_pct / 100.0
+            if share.utilization_pct > 0:
+                self.busy_s += gpu_seconds
+        if share.sm_active_pct is not None:
+            self.sm_known_s += gpu_seconds
+            self.sm_active_s += gpu_seconds * share.sm_active_pct / 100.0
+        if energy_mj is not None:
+            self.energy_known_s += gpu_seconds
+            self.energy_j += energy_mj * share.fraction / MJ_PER_J
+        if share.memory_bytes is not None:
+            self.memory_known_s += gpu_seconds
+            self.memory_byte_s += gpu_seconds * share.memory_bytes
+            self.peak_memory_bytes = max(self.peak_memory_bytes or 0, share.memory_bytes)
+
+    @property
+    def efficiency(self) -> float | None:
+        """Busy over allocated (where utilization was known), 0-1; ``None`` with no reading."""
+        return self.busy_s / self.activity_known_s if self.activity_known_s else None
+
+    @property
+    def mean_utilization_pct(self) -> float | None:
+        return 100.0 * self.utilization_s / self.activity_known_s if self.activity_known_s else None
+
+    @property
+    def mean_sm_active_pct(self) -> float | None:
+        return 100.0 * self.sm_active_s / self.sm_known_s if self.sm_known_s else None
+
+    @property
+    def mean_memory_bytes(self) -> float | None:
+        return self.memory_byte_s / self.memory_known_s if self.memory_known_s else None
+
+
+@dataclass
+class Ledger:
+    """Tallies per (owner, GPU index), fed one reading at a time."""
+
+    max_gap_s: float = DEFAULT_MAX_GAP_S
+    tallies: dict[tuple[Owner, int], Tally] = field(default_factory=dict)
+    _last_time_s: float | None = None
+    _last_energy_mj: dict[int, int | None] = field(default_factory=dict)
+
+    def step(self, time_s: float, gpus: Sequence[GpuSample], shares: Iterable[Share]) -> None:
+        """Count the interval that the reading at ``time_s`` closes for ``shares`` (its owners)."""
+        previous = self._last_time_s
+        if previous is not None and time_s <= previous:
+            return  # a reading out of order (the clock stepped back): skipped
+        energies = {gpu.index: None if gpu.lost else gpu.energy_mj for gpu in gpus}
+        deltas = {index: interval_energy_mj(self._last_energy_mj.get(index), energy)
+                  for index, energy in energies.items()}
+        self._last_energy_mj = energies
+        self._last_time_s = time_s
+        if previous is None or time_s - previous > self.max_gap_s:
+            return
+        seconds = time_s - previous
+        for share in shares:
+            key = (share.owner, share.gpu_index)
+            tally = self.tallies.get(key)
+            if tally is None:
+                tally = self.tallies[key] = Tally(start_s=previous, end_s=time_s)
+            tally.add(share, time_s, seconds, deltas.get(share.gpu_index))
