@@ -61,6 +61,26 @@ class Tally:
             self.memory_byte_s += gpu_seconds * share.memory_bytes
             self.peak_memory_bytes = max(self.peak_memory_bytes or 0, share.memory_bytes)
 
+    def merge(self, other: Tally) -> None:
+        """Add ``other`` (another GPU's, or another owner's) to this tally."""
+        self.start_s = min(self.start_s, other.start_s)
+        self.end_s = max(self.end_s, other.end_s)
+        for name in ("allocated_s", "busy_s", "activity_known_s", "utilization_s", "sm_active_s", "sm_known_s",
+                     "energy_j", "energy_known_s", "memory_byte_s", "memory_known_s"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        if other.peak_memory_bytes is not None:
+            self.peak_memory_bytes = max(self.peak_memory_bytes or 0, other.peak_memory_bytes)
+
+    @property
+    def wasted_s(self) -> float:
+        """Allocated seconds known to be idle (utilization 0)."""
+        return self.activity_known_s - self.busy_s
+
+    @property
+    def energy_complete(self) -> bool:
+        """Whether the energy counter was read over all of the allocated time."""
+        return self.energy_known_s >= self.allocated_s * (1 - 1e-9)
+
     @property
     def efficiency(self) -> float | None:
         """Busy over allocated (where utilization was known), 0-1; ``None`` with no reading."""

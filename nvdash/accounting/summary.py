@@ -46,61 +46,30 @@ class Row:
     key: str
     kinds: set[str]
     gpus: set[int]
-    start_s: float
-    end_s: float
-    allocated_s: float = 0.0
-    busy_s: float = 0.0
-    activity_known_s: float = 0.0
-    utilization_s: float = 0.0
-    energy_j: float = 0.0
-    energy_known_s: float = 0.0
-    peak_memory_bytes: int | None = None
+    total: Tally
 
     @property
     def gpu_hours(self) -> float:
-        return self.allocated_s / S_PER_H
+        return self.total.allocated_s / S_PER_H
 
     @property
     def busy_hours(self) -> float:
-        return self.busy_s / S_PER_H
+        return self.total.busy_s / S_PER_H
 
     @property
     def wasted_hours(self) -> float:
         """Allocated GPU-hours known to be idle (utilization 0)."""
-        return (self.activity_known_s - self.busy_s) / S_PER_H
+        return self.total.wasted_s / S_PER_H
 
     @property
     def energy_kwh(self) -> float:
-        return self.energy_j / J_PER_KWH
-
-    @property
-    def energy_complete(self) -> bool:
-        """Whether the energy counter was read over all of the allocated time."""
-        return self.energy_known_s >= self.allocated_s * (1 - 1e-9)
-
-    @property
-    def efficiency(self) -> float | None:
-        """Busy over allocated (where utilization was known), 0-1."""
-        return self.busy_s / self.activity_known_s if self.activity_known_s else None
-
-    @property
-    def mean_utilization_pct(self) -> float | None:
-        return 100.0 * self.utilization_s / self.activity_known_s if self.activity_known_s else None
+        return self.total.energy_j / J_PER_KWH
 
     def add(self, owner: Owner, gpu_index: int, tally: Tally) -> None:
         """Add one (owner, GPU) tally."""
         self.kinds.add(owner.kind)
         self.gpus.add(gpu_index)
-        self.start_s = min(self.start_s, tally.start_s)
-        self.end_s = max(self.end_s, tally.end_s)
-        self.allocated_s += tally.allocated_s
-        self.busy_s += tally.busy_s
-        self.activity_known_s += tally.activity_known_s
-        self.utilization_s += tally.utilization_s
-        self.energy_j += tally.energy_j
-        self.energy_known_s += tally.energy_known_s
-        if tally.peak_memory_bytes is not None:
-            self.peak_memory_bytes = max(self.peak_memory_bytes or 0, tally.peak_memory_bytes)
+        self.total.merge(tally)
 
 
 def summarize(tallies: Iterable[tuple[Owner, int, Tally]], by: str) -> list[Row]:
@@ -113,6 +82,6 @@ def summarize(tallies: Iterable[tuple[Owner, int, Tally]], by: str) -> list[Row]
             continue
         row = rows.get(key)
         if row is None:
-            row = rows[key] = Row(key, set(), set(), tally.start_s, tally.end_s)
+            row = rows[key] = Row(key, set(), set(), Tally(start_s=tally.start_s, end_s=tally.end_s))
         row.add(owner, gpu_index, tally)
-    return sorted(rows.values(), key=lambda row: (-row.allocated_s, row.key))
+    return sorted(rows.values(), key=lambda row: (-row.total.allocated_s, row.key))

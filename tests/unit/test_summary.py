@@ -35,10 +35,10 @@ def test_a_job_on_two_gpus_is_one_row_with_both() -> None:
     assert train.gpus == {0, 1}
     assert train.gpu_hours == pytest.approx((7200 + 7140) / 3600)
     assert train.energy_kwh == pytest.approx(2.0), "3.6 MJ per GPU = 1 kWh each"
-    assert train.efficiency == pytest.approx((5400 + 7140) / (7200 + 7140))
-    assert train.peak_memory_bytes == 40 * GiB
-    assert (train.start_s, train.end_s) == (0, 7200)
-    assert train.energy_complete
+    assert train.total.efficiency == pytest.approx((5400 + 7140) / (7200 + 7140))
+    assert train.total.peak_memory_bytes == 40 * GiB
+    assert (train.total.start_s, train.total.end_s) == (0, 7200)
+    assert train.total.energy_complete
 
 
 def test_users_projects_and_pods_group_the_same_tallies() -> None:
@@ -47,7 +47,7 @@ def test_users_projects_and_pods_group_the_same_tallies() -> None:
     assert users["alice"].gpu_hours == pytest.approx((7200 + 7140 + 1800) / 3600)
     assert users["alice"].kinds == {"slurm", "user"}
     assert users["bob"].wasted_hours == pytest.approx(1.0), "an hour allocated at utilization 0"
-    assert users["bob"].efficiency == 0.0
+    assert users["bob"].total.efficiency == 0.0
     assert [row.key for row in summarize(TALLIES, "namespace")] == ["physics", "web"]
     assert [row.key for row in summarize(TALLIES, "pod")] == ["web/server-0"]
 
@@ -55,5 +55,5 @@ def test_users_projects_and_pods_group_the_same_tallies() -> None:
 def test_energy_read_over_part_of_the_time_is_marked_incomplete() -> None:
     partial = Tally(start_s=0, end_s=10, allocated_s=10, energy_j=5, energy_known_s=4)
     (row,) = summarize([(NOTEBOOK, 0, partial)], "job")
-    assert not row.energy_complete
-    assert row.efficiency is None
+    assert not row.total.energy_complete
+    assert row.total.efficiency is None
