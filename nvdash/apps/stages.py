@@ -159,10 +159,11 @@ def placeholder(sizing_mode: SizingModeType, name: str | None = None) -> Column:
 
 
 class Later:
-    """A part of a page made after the page's frame: :func:`~nvdash.apps.figures.add_page` puts an empty column
-    in its place, and its :meth:`stages` make it (outside the page) and then put it there, each in a turn of the
-    event loop of its own. Making a figure costs Bokeh 10-20 ms and sending it as much again, which a page made in
-    one piece spends in one turn while every other viewer's update waits (``benchmarks/open_stall.py``)."""
+    """A part of a page made after the page's frame: :func:`~nvdash.apps.figures.add_page` puts a
+    :func:`placeholder` in its place, and its :meth:`stages` make it (outside the page) and then put it there,
+    each in a turn of the event loop of its own. Making a figure costs Bokeh 10-20 ms and sending it as much
+    again, which a page made in one piece spends in one turn while every other viewer's update waits
+    (``benchmarks/open_stall.py``)."""
 
     def __init__(self, make: Callable[[], UIElement], *, sizing_mode: SizingModeType = "stretch_both") -> None:
         self.make = make

@@ -9,6 +9,7 @@ import socket
 import stat
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,11 +108,10 @@ def websocket_origins(settings: Settings, addresses: Callable[[], list[str]] = i
 
 
 def _application(spec: AppSpec, context: AppContext) -> Application:
+    guard = context.staging.guard if context.staging is not None else nullcontext
+
     def build(doc: Document) -> None:
-        if context.staging is None:
-            spec.build(doc, context)
-            return
-        with context.staging.guard():
+        with guard():
             spec.build(doc, context)
 
     return Application(FunctionHandler(build))
