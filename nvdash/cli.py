@@ -1,7 +1,7 @@
 """Command-line parsing only: turns arguments and environment into settings and runs the chosen command.
 
-``nvdash [serve] [options]`` serves the dashboards; ``nvdash export``, ``nvdash import FILE`` and
-``nvdash replay FILE`` work on the history file.
+``nvdash [serve] [options]`` serves the dashboards; ``nvdash export``, ``nvdash import FILE``,
+``nvdash replay FILE`` and ``nvdash report`` work on the history file.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ ENV_HISTORY = "NVDASH_HISTORY"
 ENV_METRICS_TOKEN = "NVDASH_METRICS_TOKEN"
 ENV_TOKEN = "NVDASH_TOKEN"
 """The dashboards' token: the default of ``--token`` (for a token kept in a Kubernetes Secret)."""
-COMMANDS = ("serve", "export", "import", "replay")
+COMMANDS = ("serve", "export", "import", "replay", "report")
 
 
 class UsageError(Exception):
@@ -80,7 +80,7 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
     parser = _Parser(
         prog=prog,
         description="Live NVIDIA GPU and host dashboards, served by one Bokeh server. "
-        "Other commands: nvdash export, nvdash import FILE, nvdash replay FILE (each with --help).",
+        "Other commands: nvdash export, nvdash import FILE, nvdash replay FILE, nvdash report (each with --help).",
     )
     _add_server_options(parser)
     parser.add_argument(
@@ -135,7 +135,39 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
         metavar="DURATION",
         help="how long the history keeps readings, e.g. 12h, 7d, 30d (default 7d; units m, h, d)",
     )
+    parser.add_argument("--job-mapping-dir", default=None, metavar="DIR",
+                        help="a directory of per-GPU files (named by GPU index or UUID) holding the Slurm job "
+                        "on each GPU, as a prolog/epilog writes them for dcgm-exporter")
+    parser.add_argument("--accounting-retention", default=None, metavar="DURATION",
+                        help="how long the accounting's hourly tallies per job, pod and user are kept "
+                        "(default 365d; units h, d, w)")
+    parser.add_argument("--idle-after", default=None, metavar="DURATION",
+                        help="how long an allocated GPU must be idle to count as waste (default 30m; units s, m, h)")
+    parser.add_argument("--metrics-job-label", action="store_true",
+                        help="label /metrics series with the Slurm job or pod that owns each GPU "
+                        "(one more series per job: off by default)")
     return parser
+
+
+def _job_mapping_dir(value: str | None) -> str | None:
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise UsageError(f"--job-mapping-dir: {value} is not a directory")
+    return str(path)
+
+
+def _duration_option(name: str, value: str | None, default: float, units: str, minimum_s: float) -> float:
+    if value is None:
+        return default
+    try:
+        seconds = parse_duration(value, units=units)
+    except RangeError as error:
+        raise UsageError(f"{name}: {error}") from None
+    if seconds < minimum_s:
+        raise UsageError(f"{name} must be at least {minimum_s:g} s, not {value}")
+    return seconds
 
 
 def _add_history_path(parser: argparse.ArgumentParser) -> None:
@@ -308,6 +340,11 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         history=enabled,
         history_path=path,
         retention_s=retention,
+        job_mapping_dir=_job_mapping_dir(args.job_mapping_dir),
+        accounting_retention_s=_duration_option("--accounting-retention", args.accounting_retention,
+                                                defaults.accounting_retention_s, "hdw", 86_400.0),
+        idle_after_s=_duration_option("--idle-after", args.idle_after, defaults.idle_after_s, "smh", 1.0),
+        metrics_job_label=args.metrics_job_label,
     )
 
 
@@ -359,6 +396,24 @@ def import_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def report_parser() -> argparse.ArgumentParser:
+    """``nvdash report``: GPU-hours, energy and waste per job, pod, user or namespace."""
+    parser = _Parser(prog="nvdash report",
+                     description="Print GPU-hours, energy, efficiency and idle (wasted) GPU-hours per job, pod, "
+                     "user or namespace from the history's accounting.")
+    _add_history_path(parser)
+    parser.add_argument("--range", default=None,
+                        help="today, or how far back from now, e.g. 24h, 7d, 30d (default 7d)")
+    parser.add_argument("--from", dest="start", default=None, help="start: ISO 8601 or Unix seconds")
+    parser.add_argument("--to", dest="end", default=None, help="end: ISO 8601 or Unix seconds (default: now)")
+    parser.add_argument("--by", default="job", choices=("job", "pod", "user", "namespace"),
+                        help="group by job (Slurm job, pod, container or user's processes), pod, user or "
+                        "namespace/project (default job)")
+    parser.add_argument("--format", default="table", choices=("table", "csv", "json"),
+                        help="table (default), csv or json")
+    return parser
+
+
 def history_file(value: str | None, environ: Mapping[str, str]) -> str | None:
     """The history path an export or import uses (``None``: the default); raises when history is off."""
     enabled, path = _history_path(value, environ)
@@ -380,6 +435,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from nvdash.history.csv_io import run_export  # noqa: PLC0415
 
             return run_export(export_parser().parse_args(rest), os.environ)
+        if command == "report":
+            from nvdash.accounting.report_command import run_report  # noqa: PLC0415
+
+            return run_report(report_parser().parse_args(rest), os.environ)
         if command == "import":
             from nvdash.history.csv_io import run_import  # noqa: PLC0415
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nvdash.accounting.idle import DEFAULT_IDLE_AFTER_S
 from nvdash.history.tiers import DEFAULT_RETENTION_S
 from nvdash.sampling.kubelet.podresources import DEFAULT_SOCKET
 from nvdash.sampling.usage import DEFAULT_INTERVAL_S
@@ -62,5 +63,13 @@ class Settings:
     """Whether ``/metrics`` exports per-process families (one series per GPU process: high cardinality)."""
     prometheus_url: str | None = None
     """A Prometheus-API endpoint (Prometheus, Thanos Query, Mimir) for the cluster dashboards; ``None``: none."""
+    job_mapping_dir: str | None = None
+    """A directory of per-GPU files naming the Slurm job on each GPU (written by a prolog/epilog); ``None``: none."""
+    accounting_retention_s: float = 365 * 86_400.0
+    """How long the accounting's hourly tallies are kept in the history (``--accounting-retention``)."""
+    idle_after_s: float = DEFAULT_IDLE_AFTER_S
+    """How long an allocation must be idle to be flagged as waste (``--idle-after``)."""
+    metrics_job_label: bool = False
+    """Whether ``/metrics`` labels each GPU's series with the Slurm job (or pod) that owns it."""
     viewer_stall_timeout_s: float = 60.0
     """A viewer's websocket is closed once it has taken none of what waits for it for this long; 0: never."""

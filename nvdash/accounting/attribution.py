@@ -68,6 +68,10 @@ class Share:
     """The unit's utilization: the GPU's, or a MIG instance's SM activity."""
     sm_active_pct: float | None
     """SM activity where GPM (or MIG) reports it."""
+    allocated: bool = False
+    """Whether the owner was allocated the unit (a job-mapping file, the kubelet) rather than found running on it."""
+    processes: int = 0
+    """The owner's processes on the unit, counting those nvdash cannot attribute (they may be the owner's)."""
 
 
 class Names(Protocol):
@@ -223,12 +227,14 @@ def _shares_of(unit: _Unit, usage: Usage | None, mapping: JobMapping | None, nam
         p.mig_uuid == unit.uuid if unit.instance is not None else True)]
     utilization, sm_active = _unit_activity(unit)
     allocated = _allocated_owners(unit, usage, mapping, on_unit, names)
-    parts: list[tuple[Owner, float, int | None]] = []
+    parts: list[tuple[Owner, float, int | None, int]] = []
     if allocated:
         part = 1.0 / len(allocated)
+        claimed = {id(process) for _, mine in allocated for process in mine}
+        unknown = sum(1 for process in on_unit if id(process) not in claimed)
         for owner, mine in allocated:
             memory = _unit_memory(unit) if len(allocated) == 1 else _process_memory(mine) if mine else None
-            parts.append((owner, part, memory))
+            parts.append((owner, part, memory, len(mine) + unknown))
     elif on_unit:
         groups: dict[Owner, list[GpuProcess]] = {}
         for process in on_unit:
@@ -240,9 +246,10 @@ def _shares_of(unit: _Unit, usage: Usage | None, mapping: JobMapping | None, nam
         for owner in sorted(groups):
             memory = memories[owner]
             part = (memory or 0) / total if by_memory else 1.0 / len(groups)
-            parts.append((owner, part, _unit_memory(unit) if len(groups) == 1 else memory))
-    return [Share(unit.gpu.index, unit.uuid, unit.fraction * part, owner, memory, utilization, sm_active)
-            for owner, part, memory in parts]
+            parts.append((owner, part, _unit_memory(unit) if len(groups) == 1 else memory, len(groups[owner])))
+    return [Share(unit.gpu.index, unit.uuid, unit.fraction * part, owner, memory, utilization, sm_active,
+                  allocated=bool(allocated), processes=count)
+            for owner, part, memory, count in parts]
 
 
 def attribute(gpus: Sequence[GpuSample], uuids: dict[int, str], usage: Usage | None,

@@ -4,10 +4,14 @@ Each reading closes an interval since the previous one; the interval goes to the
 it (NVML's utilization is an average over the time before the reading, as is the energy counter's difference).
 An interval longer than ``max_gap_s`` (the server was stopped, the machine suspended) is not counted: nvdash
 cannot tell who held the GPU meanwhile.
+
+Tallies are kept per hour (of the reading that closes the interval), so that a range of hours can be added up
+later from stored tallies; an hour is the accounting's resolution.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -17,6 +21,12 @@ from nvdash.sampling.records import GpuSample
 
 DEFAULT_MAX_GAP_S = 60.0
 """The longest interval between readings that is still counted."""
+HOUR_S = 3600.0
+
+
+def hour_of(time_s: float) -> float:
+    """The start of the (UTC) hour holding ``time_s``: the bucket its interval is counted in."""
+    return math.floor(time_s / HOUR_S) * HOUR_S
 
 
 @dataclass
@@ -99,12 +109,16 @@ class Tally:
         return self.memory_byte_s / self.memory_known_s if self.memory_known_s else None
 
 
+Key = tuple[Owner, int, float]
+"""A tally's owner, GPU index and hour (see :func:`hour_of`)."""
+
+
 @dataclass
 class Ledger:
-    """Tallies per (owner, GPU index), fed one reading at a time."""
+    """Tallies per (owner, GPU index, hour), fed one reading at a time."""
 
     max_gap_s: float = DEFAULT_MAX_GAP_S
-    tallies: dict[tuple[Owner, int], Tally] = field(default_factory=dict)
+    tallies: dict[Key, Tally] = field(default_factory=dict)
     _last_time_s: float | None = None
     _last_energy_mj: dict[int, int | None] = field(default_factory=dict)
 
@@ -121,9 +135,29 @@ class Ledger:
         if previous is None or time_s - previous > self.max_gap_s:
             return
         seconds = time_s - previous
+        hour = hour_of(time_s)
         for share in shares:
-            key = (share.owner, share.gpu_index)
+            key = (share.owner, share.gpu_index, hour)
             tally = self.tallies.get(key)
             if tally is None:
                 tally = self.tallies[key] = Tally(start_s=previous, end_s=time_s)
             tally.add(share, time_s, seconds, deltas.get(share.gpu_index))
+
+    def drain(self) -> dict[Key, Tally]:
+        """The tallies so far, handed over; the ledger starts again from nothing (the next reading still counts
+        the interval since the last one)."""
+        tallies, self.tallies = self.tallies, {}
+        return tallies
+
+    def restore(self, tallies: dict[Key, Tally]) -> None:
+        """Take back drained tallies (they could not be stored), adding them to what was counted since."""
+        for key, tally in tallies.items():
+            mine = self.tallies.get(key)
+            if mine is None:
+                self.tallies[key] = tally
+            else:
+                mine.merge(tally)
+
+    def forget_before(self, hour_s: float) -> None:
+        """Drop the tallies of hours before ``hour_s`` (kept in memory only, past their retention)."""
+        self.tallies = {key: tally for key, tally in self.tallies.items() if key[2] >= hour_s}

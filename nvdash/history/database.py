@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from nvdash.history import accounting_table
 from nvdash.history.catalog import Kind, Scope, gpu_raw_columns, host_raw_columns, metrics_of
 from nvdash.history.tiers import TIERS
 
@@ -77,6 +78,7 @@ def schema() -> list[str]:
         " slurm_job TEXT, PRIMARY KEY (t, gpu, pid)) WITHOUT ROWID",
         f"CREATE TABLE processes_1m (t REAL NOT NULL, gpu INTEGER NOT NULL, pid INTEGER NOT NULL, {PROCESS_1M},"
         " PRIMARY KEY (t, gpu, pid)) WITHOUT ROWID",
+        accounting_table.TABLE,
     ]
     for tier in (tier.name for tier in TIERS):
         gpu_tier = ", ".join(_gauge_columns(Scope.GPU))
@@ -158,12 +160,14 @@ def _missing_columns(connection: sqlite3.Connection) -> dict[str, list[tuple[str
 
 
 def _upgrade(connection: sqlite3.Connection) -> None:
-    """Add the columns of reading fields newer than the file (empty for the past: not read then)."""
+    """Add the columns of reading fields newer than the file (empty for the past: not read then), and the
+    accounting table to a file written before it existed."""
     missing = _missing_columns(connection)
-    if not missing:
+    if not missing and accounting_table.has_table(connection):
         return
     connection.execute("BEGIN IMMEDIATE")
     try:
+        connection.execute(accounting_table.TABLE)
         for table, columns in missing.items():
             for name, kind in columns:
                 connection.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
@@ -179,6 +183,8 @@ def _shadow_missing(connection: sqlite3.Connection) -> None:
     for table, columns in _missing_columns(connection).items():
         extra = ", ".join(f"NULL AS {name}" for name, _ in columns)
         connection.execute(f"CREATE TEMP VIEW {table} AS SELECT *, {extra} FROM main.{table}")
+    if not accounting_table.has_table(connection):
+        connection.execute(accounting_table.TABLE.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
 
 
 def _create(connection: sqlite3.Connection) -> None:

@@ -16,9 +16,10 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from nvdash.history import inventory_json
+from nvdash.accounting.ledger import Key, Tally
+from nvdash.history import accounting_table, inventory_json
 from nvdash.history.catalog import gpu_raw_columns, gpu_row, host_raw_columns, host_row
 from nvdash.history.database import WriteLock, lock_for_writing, open_database, transaction
 from nvdash.history.tiers import DEFAULT_RETENTION_S, prune, register_functions, rollup
@@ -81,6 +82,16 @@ def _links_json(sample: GpuSample) -> str:
                         link.recovery_errors] for link in sample.nvlinks], separators=(",", ":"))
 
 
+class AccountingSource(Protocol):
+    """Where the accounting's hourly tallies come from (the accountant)."""
+
+    retention_s: float
+
+    def drain(self) -> dict[Key, Tally]: ...
+
+    def restore(self, tallies: dict[Key, Tally]) -> None: ...
+
+
 @dataclass
 class WriterStats:
     """What the writer did so far (reported by ``/health``)."""
@@ -101,9 +112,12 @@ class HistoryWriter:
     """Owns the history file for writing: its lock, its one connection and its thread."""
 
     def __init__(self, path: Path, inventory: Inventory, source: str, interval_s: float, *,
-                 retention_s: float = DEFAULT_RETENTION_S, clock: Any = time.time) -> None:
+                 retention_s: float = DEFAULT_RETENTION_S, clock: Any = time.time,
+                 accounting: AccountingSource | None = None) -> None:
         self.path = path
         self.retention_s = retention_s
+        self.accounting = accounting
+        """The accountant whose tallies each batch stores (set before :meth:`start`)."""
         self._inventory = inventory
         self._source = source
         self._interval_s = interval_s
@@ -180,8 +194,9 @@ class HistoryWriter:
             self._snapshots.clear()
             self._events.clear()
         self.stats.queued = 0
-        if snapshots or events:
-            self._write(snapshots, events)
+        tallies = self.accounting.drain() if self.accounting is not None else {}
+        if snapshots or events or tallies:
+            self._write(snapshots, events, tallies)
         now = time.monotonic()
         if now >= self._next_prune and snapshots:
             self._next_prune = now + PRUNE_EVERY_S
@@ -201,7 +216,8 @@ class HistoryWriter:
         self._links[sample.index] = (time_s, states, counters)
         return True
 
-    def _write(self, snapshots: Sequence[Snapshot], events: Sequence[GpuEvent]) -> None:
+    def _write(self, snapshots: Sequence[Snapshot], events: Sequence[GpuEvent],
+               tallies: dict[Key, Tally] | None = None) -> None:
         assert self._connection is not None
         started = time.perf_counter()
         gpu: list[tuple[Any, ...]] = []
@@ -226,9 +242,13 @@ class HistoryWriter:
                 connection.executemany(PROCESS_INSERT, processes)
                 connection.executemany(EVENT_INSERT, [
                     (e.time_s, e.gpu_index, e.kind, e.severity, e.code, e.counter, e.message) for e in events])
+                if tallies:
+                    accounting_table.store(connection, tallies)
                 if snapshots:
                     rollup(connection, min(s.time_s for s in snapshots), max(s.time_s for s in snapshots))
         except sqlite3.Error as error:
+            if tallies and self.accounting is not None:
+                self.accounting.restore(tallies)
             self._failed(error)
             return
         elapsed_ms = (time.perf_counter() - started) * 1000
@@ -243,6 +263,9 @@ class HistoryWriter:
         try:
             with transaction(self._connection) as connection:
                 self.stats.pruned_rows += prune(connection, newest_s, self.retention_s)
+                if self.accounting is not None:
+                    self.stats.pruned_rows += accounting_table.prune(
+                        connection, newest_s - self.accounting.retention_s)
             # executescript runs the pragma to completion (execute() would free one page per step).
             self._connection.executescript("PRAGMA incremental_vacuum(256);")
         except sqlite3.Error as error:

@@ -22,6 +22,7 @@ from bokeh.settings import settings as bokeh_settings
 from tornado.ioloop import IOLoop
 from tornado.web import RequestHandler
 
+from nvdash.accounting.report import AccountingBook
 from nvdash.apps import APPS, AppContext, AppSpec, unavailable_reason
 from nvdash.apps.stages import Staging
 from nvdash.cluster import ClusterRuntime
@@ -31,6 +32,7 @@ from nvdash.sampling.host_source import interface_addresses
 from nvdash.sampling.sampler import Sampler
 from nvdash.server import gc_policy
 from nvdash.server.access import url_host
+from nvdash.server.accounting_api import AccountingCsvHandler, AccountingJsonHandler
 from nvdash.server.auth import Gate, TokenAuth, admitted
 from nvdash.server.history_api import ExportCsvHandler, HistoryJsonHandler, history_health
 from nvdash.server.history_setup import HistoryRuntime
@@ -82,6 +84,8 @@ class Runtime:
     """What ``/metrics`` exports (``None``: the default counters file, every label)."""
     cluster: ClusterRuntime | None = None
     """The cluster over Prometheus (``--prometheus``), else ``None``."""
+    accounting: AccountingBook = field(default_factory=AccountingBook)
+    """Where the accounting is read (the history's table, else the accountant's memory)."""
 
 
 def websocket_origins(settings: Settings, addresses: Callable[[], list[str]] = interface_addresses) -> list[str]:
@@ -266,6 +270,8 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         (r"/export\.csv", ExportCsvHandler, {"history": history, "export": export_text}),
         (r"/api/snapshot\.json", JsonHandler, {"produce": lambda _h: snapshot_json(store)}),
         (r"/api/processes\.json", JsonHandler, {"produce": lambda _h: processes_json(store)}),
+        (r"/api/accounting\.json", AccountingJsonHandler, {"book": runtime.accounting, "executor": history.executor}),
+        (r"/api/accounting\.csv", AccountingCsvHandler, {"book": runtime.accounting, "executor": history.executor}),
         (
             r"/health",
             JsonHandler,

@@ -12,7 +12,7 @@ from pathlib import Path
 from nvdash.history.database import HistoryError, HistoryLocked, default_path
 from nvdash.history.query import HistoryBackend, SqliteHistory
 from nvdash.history.replay import recent_events, recent_snapshots
-from nvdash.history.writer import HistoryWriter
+from nvdash.history.writer import AccountingSource, HistoryWriter
 from nvdash.sampling.records import Inventory
 from nvdash.settings import Settings
 from nvdash.store import DEFAULT_EVENT_CAPACITY, Store
@@ -50,8 +50,9 @@ def source_name(inventory: Inventory) -> str:
     return f"simulated:{inventory.simulated}" if inventory.simulated else "nvml"
 
 
-def open_history(settings: Settings, store: Store) -> HistoryRuntime:
-    """Start recording into the history file (raises ``HistoryError`` for an unusable file).
+def open_history(settings: Settings, store: Store, accounting: AccountingSource | None = None) -> HistoryRuntime:
+    """Start recording into the history file (raises ``HistoryError`` for an unusable file), with the
+    ``accounting``'s tallies.
 
     When another nvdash already writes the file, this server reads it without writing, and says so.
     """
@@ -59,7 +60,7 @@ def open_history(settings: Settings, store: Store) -> HistoryRuntime:
         return HistoryRuntime()
     path = history_path(settings)
     writer = HistoryWriter(path, store.inventory, source_name(store.inventory), settings.interval_s,
-                           retention_s=settings.retention_s)
+                           retention_s=settings.retention_s, accounting=accounting)
     try:
         writer.open()
     except HistoryLocked as error:

@@ -12,15 +12,18 @@ from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
+from nvdash.accounting.accountant import Accountant
+from nvdash.accounting.report import AccountingBook
 from nvdash.cluster import open_cluster
 from nvdash.health.events import EventDetector
 from nvdash.history.database import HistoryError
+from nvdash.history.query import SqliteHistory
 from nvdash.metrics.counters import CountersError
 from nvdash.sampling.cgroups import pod_names_from_logs
 from nvdash.sampling.hardware import Hardware, open_hardware
 from nvdash.sampling.host_processes import HostProcessTable
 from nvdash.sampling.kubelet import PodResourcesClient, PodResourcesWatcher
-from nvdash.sampling.records import GpuEvent
+from nvdash.sampling.records import GpuEvent, Inventory
 from nvdash.sampling.sampler import Sampler
 from nvdash.sampling.usage import UsageCollector
 from nvdash.server import gc_policy
@@ -49,14 +52,23 @@ def _usage_collector(settings: Settings, hardware: Hardware) -> UsageCollector |
     return UsageCollector(hardware.gpus, HostProcessTable(), watcher, lambda: pod_names_from_logs(POD_LOG_DIR))
 
 
+def _accountant(settings: Settings, inventory: Inventory) -> Accountant:
+    """The accountant of the GPUs found, following the job-mapping directory when one was given."""
+    return Accountant({gpu.index: gpu.uuid for gpu in inventory.gpus},
+                      job_mapping_dir=Path(settings.job_mapping_dir) if settings.job_mapping_dir else None,
+                      idle_after_s=settings.idle_after_s, retention_s=settings.accounting_retention_s)
+
+
 def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
     try:
         hardware = open_hardware(settings.simulate, seed=settings.seed, faults=settings.faults)
     except ValueError as error:
         raise StartupError(str(error)) from None
     store = Store(hardware.inventory, capacity=settings.live_samples)
+    accountant = _accountant(settings, hardware.inventory)
+    store.add_listener(accountant)
     try:
-        history = open_history(settings, store)
+        history = open_history(settings, store, accountant)
     except HistoryError as error:
         hardware.close()
         raise StartupError(f"{error} (or start with --no-history)") from None
@@ -78,6 +90,8 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
         fake_nvml_calls=getattr(fake, "total_calls", None),
         fake_nvml_call_counts=getattr(fake, "call_counts", None),
         history=history,
+        accounting=AccountingBook(accountant, history.backend.connection if isinstance(
+            history.backend, SqliteHistory) else None, clock=history.clock),
     )
     return hardware, runtime
 
@@ -115,7 +129,9 @@ def start_runtime(settings: Settings) -> tuple[Hardware | None, Runtime]:
         store, history = open_replay(settings.replay, settings.live_samples)
     except HistoryError as error:
         raise StartupError(str(error)) from None
-    runtime = Runtime(store=store, sampler=None, history=history, xid_status="replay: no live events")
+    connection = history.backend.connection if isinstance(history.backend, SqliteHistory) else None
+    runtime = Runtime(store=store, sampler=None, history=history, xid_status="replay: no live events",
+                      accounting=AccountingBook(connection=connection, clock=history.clock))
     return None, _with_cluster(settings, _with_metrics(settings, runtime))
 
 

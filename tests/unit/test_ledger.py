@@ -28,7 +28,7 @@ def test_an_owner_gets_the_interval_its_reading_closes() -> None:
     assert ledger.tallies == {}
     ledger.step(100.5, [gpu(0, 11_000)], [share(ALICE, util=40.0, memory=2 * GiB, sm=20.0)])
     ledger.step(101.0, [gpu(0, 11_600)], [share(ALICE, util=0.0, memory=GiB, sm=0.0)])
-    tally = ledger.tallies[(ALICE, 0)]
+    tally = ledger.tallies[(ALICE, 0, 0.0)]
     assert (tally.start_s, tally.end_s) == (100.0, 101.0)
     assert tally.allocated_s == pytest.approx(1.0)
     assert tally.busy_s == pytest.approx(0.5), "utilization 0 is allocated but not busy"
@@ -44,7 +44,7 @@ def test_owners_sharing_a_gpu_split_its_seconds_and_energy_once() -> None:
     ledger = Ledger()
     ledger.step(0.0, [gpu(0, 0)], [])
     ledger.step(2.0, [gpu(0, 8_000)], [share(ALICE, 0.75), share(BOB, 0.25)])
-    alice, bob = ledger.tallies[(ALICE, 0)], ledger.tallies[(BOB, 0)]
+    alice, bob = ledger.tallies[(ALICE, 0, 0.0)], ledger.tallies[(BOB, 0, 0.0)]
     assert (alice.allocated_s, bob.allocated_s) == pytest.approx((1.5, 0.5))
     assert (alice.energy_j, bob.energy_j) == pytest.approx((6.0, 2.0))
     assert alice.energy_j + bob.energy_j == pytest.approx(8.0), "the GPU's energy, counted once"
@@ -54,19 +54,19 @@ def test_mig_instances_take_their_part_of_the_gpus_energy_not_all_of_it() -> Non
     ledger = Ledger()
     ledger.step(0.0, [gpu(0, 0)], [])
     ledger.step(1.0, [gpu(0, 7_000)], [share(ALICE, 3 / 7, unit="MIG-3g"), share(BOB, 1 / 7, unit="MIG-1g")])
-    assert ledger.tallies[(ALICE, 0)].energy_j == pytest.approx(3.0)
-    assert ledger.tallies[(BOB, 0)].energy_j == pytest.approx(1.0)
-    assert ledger.tallies[(ALICE, 0)].allocated_s == pytest.approx(3 / 7)
+    assert ledger.tallies[(ALICE, 0, 0.0)].energy_j == pytest.approx(3.0)
+    assert ledger.tallies[(BOB, 0, 0.0)].energy_j == pytest.approx(1.0)
+    assert ledger.tallies[(ALICE, 0, 0.0)].allocated_s == pytest.approx(3 / 7)
 
 
 def test_a_driver_reload_counts_the_new_reading_and_a_lost_gpu_leaves_energy_unknown() -> None:
     ledger = Ledger()
     ledger.step(0.0, [gpu(0, 5_000_000)], [])
     ledger.step(1.0, [gpu(0, 2_000)], [share(ALICE)])  # counter restarted: 2,000 mJ since the reload
-    assert ledger.tallies[(ALICE, 0)].energy_j == pytest.approx(2.0)
+    assert ledger.tallies[(ALICE, 0, 0.0)].energy_j == pytest.approx(2.0)
     ledger.step(2.0, [gpu(0, None, lost=True)], [])
     ledger.step(3.0, [gpu(0, 9_000)], [share(ALICE)])
-    tally = ledger.tallies[(ALICE, 0)]
+    tally = ledger.tallies[(ALICE, 0, 0.0)]
     assert tally.energy_j == pytest.approx(2.0), "nothing compared across the lost reading"
     assert tally.allocated_s == pytest.approx(2.0)
     assert tally.energy_known_s == pytest.approx(1.0)
@@ -80,7 +80,7 @@ def test_a_gap_longer_than_the_limit_and_a_reading_out_of_order_are_not_counted(
     ledger.step(99.0, [gpu(0, 1)], [share(ALICE)])
     assert ledger.tallies == {}
     ledger.step(101.0, [gpu(0, 51_000)], [share(ALICE)])
-    tally = ledger.tallies[(ALICE, 0)]
+    tally = ledger.tallies[(ALICE, 0, 0.0)]
     assert (tally.allocated_s, tally.energy_j) == pytest.approx((1.0, 1.0))
 
 
@@ -88,7 +88,7 @@ def test_unknown_readings_leave_their_averages_out() -> None:
     ledger = Ledger()
     ledger.step(0.0, [gpu(0, None)], [])
     ledger.step(1.0, [gpu(0, None)], [share(ALICE, util=None, memory=None)])
-    tally = ledger.tallies[(ALICE, 0)]
+    tally = ledger.tallies[(ALICE, 0, 0.0)]
     assert tally.allocated_s == 1.0
     assert tally.efficiency is None
     assert tally.mean_utilization_pct is None

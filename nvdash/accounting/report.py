@@ -1,0 +1,223 @@
+"""The accounting report: a range, a grouping, the rows, and the allocations idle now, as JSON, CSV or a table.
+
+One report serves ``/api/accounting.json``, the CSV download, the ``/GPU-Accounting`` page and ``nvdash report``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from nvdash.accounting.accountant import Accountant
+from nvdash.accounting.attribution import Owner
+from nvdash.accounting.idle import IdleAllocation
+from nvdash.accounting.ledger import Tally
+from nvdash.accounting.summary import GROUPINGS, Row, summarize
+from nvdash.history import accounting_table
+from nvdash.history.database import HistoryError
+from nvdash.history.ranges import RangeError, TimeRange, resolve
+
+RANGES = ("today", "7d", "30d")
+"""The page's choices besides a custom from/to."""
+DEFAULT_RANGE = "7d"
+TODAY = "today"
+
+Totals = list[tuple[Owner, int, Tally]]
+
+
+def local_midnight(now_s: float) -> float:
+    """The start of the local day holding ``now_s``."""
+    moment = datetime.fromtimestamp(now_s).astimezone()
+    return moment.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
+def accounting_range(arguments: Mapping[str, str], now_s: float) -> TimeRange:
+    """The range ``range=`` (``today``, or a duration such as ``7d``) or ``from=``/``to=`` names; raises
+    :class:`RangeError` with a one-line message. The default is the last 7 days."""
+    given = {key: value for key, value in arguments.items() if value}
+    if given.get("range", "").lower() == TODAY and not given.get("from"):
+        if given.get("to"):
+            raise RangeError("to= needs from=")
+        return TimeRange(local_midnight(now_s), now_s, TODAY)
+    chosen = resolve(given, now_s, default=DEFAULT_RANGE)
+    if chosen is None:
+        raise RangeError("the accounting has no live range; choose today, a duration such as 7d, or from=/to=")
+    return chosen
+
+
+def grouping(by: str) -> str:
+    """``by`` checked against the groupings; raises :class:`RangeError` (a bad request) otherwise."""
+    if by not in GROUPINGS:
+        raise RangeError(f"by must be one of {', '.join(GROUPINGS)}, not {by!r}")
+    return by
+
+
+@dataclass
+class AccountingBook:
+    """Where totals are read: the history's accounting table when there is a history, else the accountant's
+    memory (since this server started); and the live idle allocations, from the accountant."""
+
+    accountant: Accountant | None = None
+    connection: Callable[[], sqlite3.Connection] | None = None
+    clock: Callable[[], float] = time.time
+    source: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.source = "history" if self.connection is not None else "memory" if self.accountant else "none"
+
+    def totals(self, start_s: float, end_s: float) -> Totals:
+        """Per (owner, GPU), the tallies of the hours overlapping the range, added up."""
+        if self.connection is not None:
+            try:
+                return accounting_table.totals(self.connection(), start_s, end_s)
+            except sqlite3.DatabaseError as error:
+                raise HistoryError(f"reading the accounting failed: {error}") from None
+        if self.accountant is not None:
+            return self.accountant.tallies(start_s, end_s)
+        return []
+
+    def idle(self) -> tuple[float, list[IdleAllocation]]:
+        """The latest reading's time and the allocations idle for long enough at it (none without a sampler)."""
+        if self.accountant is None:
+            return self.clock(), []
+        return self.accountant.idle()
+
+
+@dataclass
+class Report:
+    """What the accounting shows for one range and grouping."""
+
+    range: TimeRange
+    by: str
+    rows: list[Row]
+    source: str
+    idle: list[IdleAllocation] = field(default_factory=list)
+    idle_now_s: float = 0.0
+    idle_after_s: float | None = None
+
+
+def make_report(book: AccountingBook, chosen: TimeRange, by: str) -> Report:
+    """The report of ``book`` over ``chosen``, grouped ``by`` (reads the history: call off the event loop)."""
+    rows = summarize(book.totals(chosen.start_s, chosen.end_s), grouping(by))
+    now, idle = book.idle()
+    after = book.accountant.idle_after_s if book.accountant is not None else None
+    return Report(chosen, by, rows, book.source, idle, now, after)
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds")
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def row_json(row: Row) -> dict[str, Any]:
+    """One row: the owner, its GPUs, GPU-hours (allocated, busy, wasted), energy, efficiency, memory, times."""
+    total = row.total
+    return {
+        "key": row.key,
+        "kinds": sorted(row.kinds),
+        "gpus": sorted(row.gpus),
+        "gpu_hours": round(row.gpu_hours, 6),
+        "busy_hours": round(row.busy_hours, 6),
+        "wasted_hours": round(row.wasted_hours, 6),
+        "efficiency_pct": _rounded(None if total.efficiency is None else 100.0 * total.efficiency, 2),
+        "energy_j": round(total.energy_j, 3),
+        "energy_kwh": round(row.energy_kwh, 6),
+        "energy_complete": total.energy_complete,
+        "mean_utilization_pct": _rounded(total.mean_utilization_pct, 2),
+        "mean_sm_active_pct": _rounded(total.mean_sm_active_pct, 2),
+        "peak_memory_bytes": total.peak_memory_bytes,
+        "mean_memory_bytes": _rounded(total.mean_memory_bytes, 0),
+        "start_s": total.start_s,
+        "end_s": total.end_s,
+        "start": _iso(total.start_s),
+        "end": _iso(total.end_s),
+    }
+
+
+def idle_json(allocation: IdleAllocation, now_s: float) -> dict[str, Any]:
+    """One idle allocation: the unit, its owner, since when and why."""
+    owner = allocation.owner
+    return {"gpu": allocation.gpu_index, "unit": allocation.unit, "kind": owner.kind, "job": owner.job,
+            "user": owner.user, "project": owner.project, "reason": allocation.reason,
+            "since_s": allocation.since_s, "idle_s": round(allocation.idle_s(now_s), 3),
+            "memory_bytes": allocation.memory_bytes}
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """The whole report as ``/api/accounting.json`` answers it."""
+    rows = [row_json(row) for row in report.rows]
+    return {
+        "range": {"label": report.range.label, "start_s": report.range.start_s, "end_s": report.range.end_s},
+        "by": report.by,
+        "source": report.source,
+        "resolution_s": 3600,
+        "rows": rows,
+        "totals": {name: round(sum(row[name] for row in rows), 6)
+                   for name in ("gpu_hours", "busy_hours", "wasted_hours", "energy_kwh")},
+        "idle_after_s": report.idle_after_s,
+        "idle_allocations": [idle_json(allocation, report.idle_now_s) for allocation in report.idle],
+    }
+
+
+CSV_COLUMNS = ("key", "kinds", "gpus", "gpu_hours", "busy_hours", "wasted_hours", "efficiency_pct", "energy_kwh",
+               "energy_complete", "mean_utilization_pct", "mean_sm_active_pct", "peak_memory_bytes", "start", "end")
+
+
+def report_csv(report: Report) -> str:
+    """The rows as CSV, a header line first; the first column is named after the grouping."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow((report.by, *CSV_COLUMNS[1:]))
+    for row in report.rows:
+        values = row_json(row)
+        values["kinds"] = " ".join(values["kinds"])
+        values["gpus"] = " ".join(str(gpu) for gpu in values["gpus"])
+        writer.writerow(["" if values[name] is None else values[name] for name in CSV_COLUMNS])
+    return out.getvalue()
+
+
+def _cell(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def report_table(report: Report) -> str:
+    """The rows as an aligned text table, with the range and the totals, like ``sacct`` prints."""
+    header = (report.by.upper(), "KIND", "GPUS", "GPU-H", "BUSY-H", "WASTED-H", "EFF%", "KWH", "PEAK-MEM", "START",
+              "END")
+    lines: list[tuple[str, ...]] = [header]
+    for row in report.rows:
+        total = row.total
+        efficiency = None if total.efficiency is None else 100.0 * total.efficiency
+        peak = total.peak_memory_bytes
+        lines.append((
+            row.key, ",".join(sorted(row.kinds)), ",".join(str(gpu) for gpu in sorted(row.gpus)),
+            _cell(row.gpu_hours), _cell(row.busy_hours), _cell(row.wasted_hours), _cell(efficiency, 1),
+            _cell(row.energy_kwh, 3) + ("" if total.energy_complete else "*"),
+            "-" if peak is None else f"{peak / (1 << 30):.1f} GiB",
+            _iso(total.start_s)[:16].replace("T", " "), _iso(total.end_s)[:16].replace("T", " "),
+        ))
+    widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
+    text = [f"nvdash accounting, {_iso(report.range.start_s)} to {_iso(report.range.end_s)}, by {report.by}"]
+    text += ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+             for line in lines]
+    if not report.rows:
+        text.append("(no GPU was allocated or used in this range)")
+    totals = report_json(report)["totals"]
+    text.append(f"total: {totals['gpu_hours']:.2f} GPU-hours, {totals['busy_hours']:.2f} busy, "
+                f"{totals['wasted_hours']:.2f} wasted, {totals['energy_kwh']:.3f} kWh")
+    if any(not row.total.energy_complete for row in report.rows):
+        text.append("* the energy counter was not read over all of the allocated time")
+    return "\n".join(text) + "\n"
+
+
+__all__ = ["RANGES", "AccountingBook", "RangeError", "Report", "accounting_range", "make_report", "report_csv",
+           "report_json", "report_table"]

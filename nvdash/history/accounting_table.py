@@ -1,0 +1,72 @@
+"""The history's accounting table: each owner's hourly tallies per GPU, kept far longer than the readings.
+
+Rows are keyed by hour, GPU and owner; storing a tally adds it to the row already there (a server restarted within
+the hour adds to what the previous one stored). Peak memory takes the larger, start and end the outer times.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import fields
+
+from nvdash.accounting.attribution import Owner
+from nvdash.accounting.ledger import Key, Tally, hour_of
+
+SUMMED = tuple(f.name for f in fields(Tally) if f.name not in ("start_s", "end_s", "peak_memory_bytes"))
+"""The tally's fields that add up."""
+KEY_COLUMNS = ("hour", "gpu", "kind", "job", "user", "project")
+TABLE = (
+    "CREATE TABLE IF NOT EXISTS accounting (hour REAL NOT NULL, gpu INTEGER NOT NULL, kind TEXT NOT NULL,"
+    " job TEXT NOT NULL, user TEXT NOT NULL, project TEXT NOT NULL, start_s REAL NOT NULL, end_s REAL NOT NULL, "
+    + ", ".join(f"{name} REAL NOT NULL" for name in SUMMED)
+    + ", peak_memory_bytes INTEGER, PRIMARY KEY (hour, gpu, kind, job, user, project)) WITHOUT ROWID"
+)
+"""The table (created in every history; ``IF NOT EXISTS`` adds it to a file written before it existed)."""
+
+_COLUMNS = (*KEY_COLUMNS, "start_s", "end_s", *SUMMED, "peak_memory_bytes")
+UPSERT = (
+    f"INSERT INTO accounting ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+    " ON CONFLICT (hour, gpu, kind, job, user, project) DO UPDATE SET"
+    " start_s = min(start_s, excluded.start_s), end_s = max(end_s, excluded.end_s), "
+    + ", ".join(f"{name} = {name} + excluded.{name}" for name in SUMMED)
+    + ", peak_memory_bytes = CASE WHEN peak_memory_bytes IS NULL THEN excluded.peak_memory_bytes"
+    " WHEN excluded.peak_memory_bytes IS NULL THEN peak_memory_bytes"
+    " ELSE max(peak_memory_bytes, excluded.peak_memory_bytes) END"
+)
+_TOTALS = (
+    "SELECT kind, job, user, project, gpu, min(start_s), max(end_s), "
+    + ", ".join(f"sum({name})" for name in SUMMED)
+    + ", max(peak_memory_bytes) FROM accounting WHERE hour >= ? AND hour < ? GROUP BY kind, job, user, project, gpu"
+)
+
+
+def store(connection: sqlite3.Connection, tallies: Mapping[Key, Tally]) -> None:
+    """Add ``tallies`` to the table (inside the caller's transaction)."""
+    connection.executemany(UPSERT, [
+        (hour, index, owner.kind, owner.job, owner.user, owner.project, tally.start_s, tally.end_s,
+         *(getattr(tally, name) for name in SUMMED), tally.peak_memory_bytes)
+        for (owner, index, hour), tally in tallies.items()])
+
+
+def prune(connection: sqlite3.Connection, before_s: float) -> int:
+    """Delete the hours that ended before ``before_s``; returns the rows deleted."""
+    return connection.execute("DELETE FROM accounting WHERE hour < ?", (hour_of(before_s),)).rowcount
+
+
+def totals(connection: sqlite3.Connection, start_s: float, end_s: float) -> list[tuple[Owner, int, Tally]]:
+    """Per (owner, GPU), the tallies of the hours overlapping ``[start_s, end_s)``, added up."""
+    result = []
+    for row in connection.execute(_TOTALS, (hour_of(start_s), end_s)):
+        kind, job, user, project, index, start, end, *summed, peak = row
+        tally = Tally(start_s=start, end_s=end, **dict(zip(SUMMED, summed, strict=True)),
+                      peak_memory_bytes=None if peak is None else int(peak))
+        result.append((Owner(kind, job, user, project), int(index), tally))
+    return result
+
+
+def has_table(connection: sqlite3.Connection) -> bool:
+    """Whether the file has the table (a history written before it did not)."""
+    count: int = connection.execute(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'accounting'").fetchone()[0]
+    return count > 0
