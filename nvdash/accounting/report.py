@@ -125,6 +125,7 @@ def row_json(row: Row) -> dict[str, Any]:
         "key": row.key,
         "kinds": sorted(row.kinds),
         "gpus": sorted(row.gpus),
+        "gpu_seconds": round(total.allocated_s, 3),
         "gpu_hours": round(row.gpu_hours, 6),
         "busy_hours": round(row.busy_hours, 6),
         "wasted_hours": round(row.wasted_hours, 6),

@@ -14,6 +14,7 @@ from nvdash.history.query import HistoryBackend
 from nvdash.store import Store
 
 if TYPE_CHECKING:
+    from nvdash.accounting.report import AccountingBook
     from nvdash.cluster import ClusterRuntime
 
 
@@ -35,6 +36,8 @@ class AppContext:
     """True for a page with no live readings of its own (the cluster's, read from Prometheus)."""
     cluster: ClusterRuntime | None = None
     """The cluster over Prometheus (``--prometheus``); ``None`` when not asked for."""
+    accounting: AccountingBook | None = None
+    """The accounting (jobs' GPU-hours and the allocations idle now); ``None``: not kept (tests)."""
     staging: Staging | None = None
     """On a server: heavy pages are built in stages once their viewer connects (see :mod:`nvdash.apps.stages`),
     each turn under the server's guard; ``None``: all at once."""

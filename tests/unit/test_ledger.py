@@ -95,3 +95,22 @@ def test_unknown_readings_leave_their_averages_out() -> None:
     assert tally.mean_memory_bytes is None
     assert tally.peak_memory_bytes is None
     assert tally.energy_known_s == 0.0
+
+
+def test_intervals_are_counted_in_the_hour_of_the_reading_that_closes_them_and_drained_once() -> None:
+    ledger = Ledger()
+    ledger.step(3599.0, [gpu(0, 0)], [])
+    ledger.step(3600.5, [gpu(0, 1_500)], [share(ALICE)])  # closes 3599-3600.5: counted in the hour from 3600
+    ledger.step(3601.0, [gpu(0, 2_000)], [share(ALICE)])
+    assert set(ledger.tallies) == {(ALICE, 0, 3600.0)}
+    assert ledger.tallies[(ALICE, 0, 3600.0)].allocated_s == pytest.approx(2.0)
+    drained = ledger.drain()
+    assert ledger.tallies == {}
+    ledger.step(7201.0, [gpu(0, 2_000)], [share(ALICE)])  # a gap over the limit: nothing counted
+    ledger.step(7202.0, [gpu(0, 3_000)], [share(ALICE)])
+    assert ledger.tallies[(ALICE, 0, 7200.0)].energy_j == pytest.approx(1.0)
+    ledger.restore(drained)
+    ledger.restore({(ALICE, 0, 3600.0): drained[(ALICE, 0, 3600.0)]})
+    assert ledger.tallies[(ALICE, 0, 3600.0)].allocated_s == pytest.approx(4.0), "a restore adds to what is there"
+    ledger.forget_before(7200.0)
+    assert set(ledger.tallies) == {(ALICE, 0, 7200.0)}
