@@ -425,7 +425,6 @@ def history_file(value: str | None, environ: Mapping[str, str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``nvdash`` and ``python -m nvdash``; returns the exit status."""
     from nvdash.history.database import HistoryError  # noqa: PLC0415 - keep --help fast
-    from nvdash.server.run import StartupError, serve  # noqa: PLC0415
 
     arguments = list(sys.argv[1:] if argv is None else argv)
     command = arguments[0] if arguments and arguments[0] in COMMANDS else "serve"
@@ -444,7 +443,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_import(import_parser().parse_args(rest), os.environ)
         settings = parse_replay(rest, os.environ) if command == "replay" else parse_settings(rest, os.environ)
-        return serve(settings)
-    except (UsageError, StartupError, HistoryError) as error:
+        return _serve(settings)
+    except (UsageError, HistoryError) as error:
         print(f"nvdash: error: {error}", file=sys.stderr)
         return 2 if isinstance(error, UsageError) else 1
+
+
+def _serve(settings: Settings) -> int:
+    """Run the server (its modules are imported only for it: the other commands start faster without them)."""
+    from nvdash.server.run import StartupError, serve  # noqa: PLC0415
+
+    try:
+        return serve(settings)
+    except StartupError as error:
+        print(f"nvdash: error: {error}", file=sys.stderr)
+        return 1
