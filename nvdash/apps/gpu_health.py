@@ -1,8 +1,9 @@
 """GPU Health: each GPU's status with its reasons, a strip of each GPU's status over time, bottleneck hints
 with their evidence, and the event log.
 
-Everything comes from the store (the newest snapshot, the recent rows, the events); nothing here reads the
-hardware. One periodic callback re-evaluates only when a new row or a new event arrived.
+Everything comes from the store (the newest snapshot, the recent rows, the events) and the accounting (the
+allocations idle for long enough, a warning on their GPU); nothing here reads the hardware. One periodic callback
+re-evaluates only when a new row or a new event arrived.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ if TYPE_CHECKING:
     from bokeh.models.renderers import DataRenderer
     from bokeh.models.sources import DataDict
     from bokeh.plotting import figure
+
+    from nvdash.accounting.report import AccountingBook
 
 TITLE = "GPU Health"
 EVENT_ROWS = 200
@@ -294,8 +297,11 @@ STRIP = "health strip"
 class HealthView:
     """The page's live parts and what it last showed; ``poll`` is the document's one periodic callback."""
 
-    def __init__(self, store: Store, dark: bool, interval_s: float = 1.0, ticks: TickCache | None = None) -> None:
+    def __init__(self, store: Store, dark: bool, interval_s: float = 1.0, ticks: TickCache | None = None,
+                 accounting: AccountingBook | None = None) -> None:
         self.store = store
+        self.accounting = accounting
+        """Where the allocations idle now are read (``None``: not kept)."""
         self.ticks = ticks if ticks is not None else TickCache(capacity=4)
         """The strip's new columns and the status, computed once per tick for every open page."""
         style: dict[str, str | None] = {"color": text_color(dark)}
@@ -388,8 +394,9 @@ class HealthView:
         latest = store.latest()
         now = latest.time_s if latest is not None else time.time()
         events = store.events()
-        text = self.ticks.latest(("health status", event_seq), latest,
-                                 lambda newest: status_html(inventory, evaluate(inventory, newest, events, now)))
+        idle = tuple(self.accounting.idle()[1]) if self.accounting is not None else ()
+        text = self.ticks.latest(("health status", event_seq, idle), latest, lambda newest: status_html(
+            inventory, evaluate(inventory, newest, events, now, idle=idle)))
         if text != self.status.text:
             self.status.text = text
         if event_seq != self.event_seq and self.past_events is None:
@@ -417,7 +424,7 @@ def _heading(text: str, dark: bool, width: int | None = None) -> Div:
 def build(doc: Document, ctx: AppContext) -> None:
     """Status, hints and events, filled now and refreshed by one periodic callback."""
     dark = apply_theme(doc)
-    view = HealthView(ctx.store, dark, ctx.interval_s, ctx.ticks)
+    view = HealthView(ctx.store, dark, ctx.interval_s, ctx.ticks, ctx.accounting)
     view.poll()
     doc.add_periodic_callback(view.poll, period_ms(ctx))
     view.control = TimeRangeControl(doc, ctx, view, view.x_range, dark=dark)

@@ -1,8 +1,9 @@
 """OK / Warning / Critical per GPU with the reasons in words, the way ``dcgmi health`` reports.
 
 Levels come from the newest snapshot (temperature, throttling, ECC, row remapping, PCIe, NVLink, lost);
-what happened recently (XIDs, counters that rose) comes from the event log. ``None`` means unknown or
-unsupported and never gives a finding.
+what happened recently (XIDs, counters that rose) comes from the event log; the accounting's allocations idle
+for long enough (``--idle-after``) are a warning on their GPU. ``None`` means unknown or unsupported and never
+gives a finding.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from nvdash.accounting.attribution import UNKNOWN, Owner
+from nvdash.accounting.idle import MEMORY_AT_ZERO, IdleAllocation
 from nvdash.health.clock_events import (
     GPU_IDLE,
     HW_POWER_BRAKE_SLOWDOWN,
@@ -24,6 +27,7 @@ from nvdash.health.clock_events import (
 from nvdash.health.events import BUSY_UTIL_PCT, increment_subject
 from nvdash.health.xid import xid_info
 from nvdash.sampling.records import GpuEvent, GpuInfo, GpuSample, Inventory, Snapshot
+from nvdash.units import format_bytes
 
 RECENT_S = 600.0
 """How far back an XID or a rising counter still counts."""
@@ -31,6 +35,8 @@ NEAR_LIMIT_C = 5.0
 """A temperature this close to the slowdown threshold (or the memory maximum) is a warning."""
 NEAR_SHUTDOWN_C = 2.0
 """A temperature this close to the shutdown threshold is critical (slowdown is often only 3-5 °C below it)."""
+IDLE_ACTION = "end the job or release the GPU"
+"""What to do about an allocation idle for long enough."""
 
 
 class Status(str, Enum):
@@ -91,6 +97,25 @@ def format_age(seconds: float) -> str:
     if seconds < 3600:
         return f"{int(seconds // 60)} min ago"
     return f"{int(seconds // 3600)} h ago"
+
+
+def format_duration(seconds: float) -> str:
+    """``"40 s"``, ``"47 min"``, ``"3 h 5 min"``: how long, to the minute once it is a minute or more."""
+    if seconds < 60:
+        return f"{int(seconds)} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min"
+    hours, rest = divmod(int(seconds), 3600)
+    return f"{hours} h {rest // 60} min" if rest >= 60 else f"{hours} h"
+
+
+def owner_text(owner: Owner) -> str:
+    """``Slurm job 555 (alice)``, ``pod ml/trainer (alice)``, ``container 0123456789ab (bob)``, ``user carol``."""
+    names = {"slurm": "Slurm job", "pod": "pod", "container": "container"}
+    if owner.kind not in names:
+        return f"user {owner.job}"
+    user = f" ({owner.user})" if owner.user and owner.user != UNKNOWN else ""
+    return f"{names[owner.kind]} {owner.job}{user}"
 
 
 def _sample(snapshot: Snapshot | None, index: int) -> GpuSample | None:
@@ -226,10 +251,27 @@ def _recent(index: int, events: Iterable[GpuEvent], now_s: float, window_s: floa
     return found
 
 
+def _idle(index: int, idle: Iterable[IdleAllocation], now_s: float) -> list[Finding]:
+    """The GPU's allocations idle for long enough, one warning each: who, for how long, and why."""
+    found: list[Finding] = []
+    for allocation in idle:
+        if allocation.gpu_index != index:
+            continue
+        reason = allocation.reason
+        if reason == MEMORY_AT_ZERO and allocation.memory_bytes:
+            reason = f"{reason} ({format_bytes(allocation.memory_bytes)})"
+        where = f" on {allocation.unit}" if allocation.unit.startswith("MIG-") else ""
+        found.append(Finding(Status.WARNING, f"allocated but idle for {format_duration(allocation.idle_s(now_s))}: "
+                             f"{owner_text(allocation.owner)}{where}, {reason}", "idle", IDLE_ACTION))
+    return found
+
+
 def evaluate_gpu(
-    info: GpuInfo, sample: GpuSample | None, events: Iterable[GpuEvent], now_s: float, window_s: float = RECENT_S
+    info: GpuInfo, sample: GpuSample | None, events: Iterable[GpuEvent], now_s: float, window_s: float = RECENT_S,
+    *, idle: Iterable[IdleAllocation] = (),
 ) -> GpuHealth:
-    """One GPU's health from its newest sample (``None``: no reading yet) and the event log."""
+    """One GPU's health from its newest sample (``None``: no reading yet), the event log and the allocations of it
+    idle for long enough (``idle``: the accountant's, at ``now_s``)."""
     findings: list[Finding] = []
     if sample is not None and sample.lost:
         findings.append(Finding(Status.CRITICAL, "GPU lost: it stopped answering (fallen off the bus?)", "lost",
@@ -243,6 +285,8 @@ def evaluate_gpu(
         findings += _pcie(info, sample)
         findings += _nvlink(info, sample)
     findings += _recent(info.index, events, now_s, window_s)
+    if sample is None or not sample.lost:
+        findings += _idle(info.index, idle, now_s)
     findings.sort(key=lambda finding: -finding.status.rank)
     return GpuHealth(info.index, worst(finding.status for finding in findings), tuple(findings))
 
@@ -253,8 +297,13 @@ def evaluate(
     events: Sequence[GpuEvent],
     now_s: float,
     window_s: float = RECENT_S,
+    *,
+    idle: Sequence[IdleAllocation] = (),
 ) -> tuple[GpuHealth, ...]:
-    """The health of every GPU of ``inventory``, in inventory order."""
+    """The health of every GPU of ``inventory``, in inventory order.
+
+    ``idle`` are the allocations idle for long enough (``AccountingBook.idle()``); how long each has been idle is
+    counted to ``now_s``."""
     recent = [event for event in events if event.time_s >= now_s - window_s]
-    return tuple(evaluate_gpu(info, _sample(snapshot, info.index), recent, now_s, window_s)
+    return tuple(evaluate_gpu(info, _sample(snapshot, info.index), recent, now_s, window_s, idle=idle)
                  for info in inventory.gpus)

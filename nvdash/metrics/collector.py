@@ -12,22 +12,40 @@ Series, as dcgm-exporter writes them:
   with ``namespace``, ``pod`` and ``container`` (several for a time-sliced or MPS GPU shared by several pods), and
   the :data:`~nvdash.metrics.fields.POD_FAMILIES`;
 - with processes on (``--metrics-processes``), the :data:`~nvdash.metrics.fields.PROCESS_FAMILIES`, one series per
-  process on a GPU or instance.
+  process on a GPU or instance;
+- with an accountant (a live server, not a replay), the :data:`~nvdash.metrics.fields.ACCOUNTING_FAMILIES`, one
+  series per GPU: ``nvdash_gpu_allocated_idle_seconds``;
+- with the job label on (``--metrics-job-label``), every series of a GPU or instance also carries :data:`JOB_LABEL`
+  (dcgm-exporter's HPC job mapping label), naming the owners the accountant found for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prometheus_client.metrics_core import Metric
 
 from nvdash.health.xid import xid_info
 from nvdash.metrics.counters import Counter
-from nvdash.metrics.fields import FAMILIES, FIELDS, MIG_FIELDS, POD_FAMILIES, PROCESS_FAMILIES, GpuView, MigView
+from nvdash.metrics.fields import (
+    ACCOUNTING_FAMILIES,
+    FAMILIES,
+    FIELDS,
+    MIG_FIELDS,
+    POD_FAMILIES,
+    PROCESS_FAMILIES,
+    GpuView,
+    MigView,
+)
 from nvdash.sampling.records import GpuEvent, GpuInfo, Snapshot
 from nvdash.sampling.usage_records import GpuProcess, MigInstance, PodDevice, Usage
 from nvdash.store import Store
+
+if TYPE_CHECKING:
+    from nvdash.accounting.accountant import Accountant
+    from nvdash.accounting.attribution import Share
 
 LOST_FAMILY = "nvdash_gpu_lost"
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
@@ -44,6 +62,12 @@ XID_FAMILY = "DCGM_FI_DEV_XID_ERRORS"
 NO_ERROR = "No Error"
 ALLOCATED_FAMILY, IDLE_FAMILY = POD_FAMILIES
 MEMORY_FAMILY, SM_FAMILY = PROCESS_FAMILIES
+(IDLE_SECONDS_FAMILY,) = ACCOUNTING_FAMILIES
+JOB_LABEL = "hpc_job"
+"""The owner label of ``--metrics-job-label``: dcgm-exporter's name for the job its HPC job mapping finds for a GPU
+(``hpcJobAttribute`` in its ``internal/pkg/transformation/const.go``)."""
+JOB_KINDS = ("slurm", "pod")
+"""The owners the job label names, in order of preference: Slurm jobs, else pods (``namespace/pod``)."""
 
 Labels = dict[str, str]
 
@@ -66,6 +90,30 @@ def last_xids(events: Sequence[GpuEvent]) -> dict[int, int]:
         if event.kind == "xid" and event.gpu_index is not None and event.code is not None:
             codes[event.gpu_index] = event.code
     return codes
+
+
+def job_label_value(shares: Iterable[Share]) -> str:
+    """The job label's value for a device owned by ``shares``: its Slurm job IDs, else its pods' ``namespace/pod``,
+    sorted and comma-joined (several for MIG instances or a shared GPU); ``""`` when no job or pod owns it."""
+    by_kind: dict[str, set[str]] = {}
+    for share in shares:
+        by_kind.setdefault(share.owner.kind, set()).add(share.owner.job)
+    for kind in JOB_KINDS:
+        if by_kind.get(kind):
+            return ",".join(sorted(by_kind[kind]))
+    return ""
+
+
+def idle_seconds(accountant: Accountant) -> dict[int, float]:
+    """GPU index -> how long its longest-idle flagged allocation has been idle, at the accountant's latest reading
+    (GPUs with none flagged are absent)."""
+    now_s, flagged = accountant.idle()
+    longest: dict[int, float] = {}
+    for allocation in flagged:
+        idle = allocation.idle_s(now_s)
+        if idle > longest.get(allocation.gpu_index, -1.0):
+            longest[allocation.gpu_index] = idle
+    return longest
 
 
 def process_name(process: GpuProcess) -> str:
@@ -104,6 +152,8 @@ class ExportOptions:
     """Label series with the pod using the device, and export the pod families (``--metrics-pods``)."""
     processes: bool = False
     """Export the per-process families (``--metrics-processes``)."""
+    job_label: bool = False
+    """Label every series of a GPU or instance with its owners, :data:`JOB_LABEL` (``--metrics-job-label``)."""
 
 
 @dataclass
@@ -119,14 +169,20 @@ class _Scrape:
     lost: set[str] = field(default_factory=set)
     """UUIDs of the GPUs that stopped answering."""
     usage: Usage | None = None
+    idle_s: dict[int, float] | None = None
+    """With an accountant: GPU index -> seconds its longest-idle flagged allocation has been idle."""
 
 
 class StoreCollector:
-    """Yields the counters file's families for every GPU (and GPU instance) of the store's newest snapshot."""
+    """Yields the counters file's families for every GPU (and GPU instance) of the store's newest snapshot.
+
+    ``accountant`` (a live server's; ``None`` in a replay) gives the accounting families and the job label's
+    owners."""
 
     def __init__(self, store: Store, counters: Sequence[Counter], options: ExportOptions,
-                 openmetrics: bool = False) -> None:
+                 openmetrics: bool = False, accountant: Accountant | None = None) -> None:
         self.store = store
+        self.accountant = accountant
         self.counters = [counter for counter in counters if counter.kind != "label" and counter.name in FAMILIES]
         self.options = options
         self.openmetrics = openmetrics
@@ -186,11 +242,16 @@ class StoreCollector:
         xids = last_xids(self.store.events())
         usage = scrape.usage = snapshot.usage
         allocations = self._allocations(usage)
+        if self.accountant is not None:
+            scrape.idle_s = idle_seconds(self.accountant)
+        owners = self._owners()
         for sample in snapshot.gpus:
             info = infos.get(sample.index)
             if info is None:
                 continue
             labels = scrape.devices[info.uuid] = self._labels(info)
+            if owners is not None:
+                labels[JOB_LABEL] = job_label_value(owners.get(info.index, ()))
             if sample.lost:
                 scrape.lost.add(info.uuid)
             view = GpuView(info, sample, xids.get(sample.index, 0))
@@ -205,12 +266,26 @@ class StoreCollector:
             for instances in by_instance.values():
                 mig = mig_view(instances)
                 labels = {**parent, "GPU_I_PROFILE": mig.profile, "GPU_I_ID": str(mig.gpu_instance_id)}
+                if owners is not None:
+                    units = {instance.uuid for instance in instances}
+                    labels[JOB_LABEL] = job_label_value(
+                        share for share in owners.get(gpu.index, ()) if share.unit in units)
                 devices: list[PodDevice] = []
                 for instance in instances:
                     scrape.devices[instance.uuid] = labels
                     devices += allocations.get(instance.uuid, ())
                 scrape.migs.append((mig, self._with_pods(labels, devices)))
         return scrape
+
+    def _owners(self) -> dict[int, list[Share]] | None:
+        """With the job label on: GPU index -> the accountant's shares of it at its latest reading (none without an
+        accountant); ``None`` with the label off."""
+        if not self.options.job_label:
+            return None
+        owners: dict[int, list[Share]] = {}
+        for share in self.accountant.shares if self.accountant is not None else ():
+            owners.setdefault(share.gpu_index, []).append(share)
+        return owners
 
     # Families
 
@@ -230,6 +305,10 @@ class StoreCollector:
                 if self.options.processes:
                     processes = processes if processes is not None else self._process_families(scrape)
                     yield self._filled(counter, processes[name])
+                continue
+            if name == IDLE_SECONDS_FAMILY:
+                if scrape.idle_s is not None:
+                    yield self._idle_family(counter, scrape, scrape.idle_s)
                 continue
             yield self._gpu_family(counter, scrape)
 
@@ -259,6 +338,19 @@ class StoreCollector:
                 if mig_value is not None:
                     for labels in variants:
                         add(name, labels, float(mig_value))
+        return family
+
+    def _idle_family(self, counter: Counter, scrape: _Scrape, idle_s: dict[int, float]) -> Metric:
+        """``nvdash_gpu_allocated_idle_seconds``: per GPU answering, how long the allocation of it idle longest has
+        been idle, once idle for the accountant's ``idle_after_s``; 0 when none is."""
+        family = self._family(counter)
+        name = counter.name
+        for view, variants in scrape.gpus:
+            if view.sample.lost:
+                continue  # a lost GPU has no readings: only its lost flag
+            value = idle_s.get(view.info.index, 0.0)
+            for labels in variants:
+                family.add_sample(name, labels, value)
         return family
 
     def _filled(self, counter: Counter, samples: Metric) -> Metric:

@@ -3,7 +3,8 @@ in base units for the readings DCGM has no name for.
 
 Each field reads one GPU's newest sample (with its inventory entry and its last XID); ``None`` leaves the GPU's
 series out of that scrape, as dcgm-exporter does for a field a GPU does not support. :data:`MIG_FIELDS` read one
-GPU instance of a GPU in MIG mode; the pod and process families are built by the collector from the usage reading.
+GPU instance of a GPU in MIG mode; the pod and process families are built by the collector from the usage reading,
+the accounting families from the accountant.
 """
 
 from __future__ import annotations
@@ -168,5 +169,7 @@ POD_FAMILIES = ("nvdash_pod_gpu_allocated", "nvdash_pod_gpu_idle")
 """With ``--metrics-pods``: one series per allocation of a GPU or MIG instance to a pod's container."""
 PROCESS_FAMILIES = ("nvdash_process_gpu_memory_bytes", "nvdash_process_sm_utilization_ratio")
 """With ``--metrics-processes``: one series per process on a GPU or MIG instance."""
-FAMILIES = frozenset((*FIELDS, *POD_FAMILIES, *PROCESS_FAMILIES))
+ACCOUNTING_FAMILIES = ("nvdash_gpu_allocated_idle_seconds",)
+"""From the accountant (a live server, not a replay): one series per GPU."""
+FAMILIES = frozenset((*FIELDS, *POD_FAMILIES, *PROCESS_FAMILIES, *ACCOUNTING_FAMILIES))
 """Every family name nvdash can export."""

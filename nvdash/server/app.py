@@ -237,7 +237,8 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
     history = runtime.history
     context = AppContext(store=store, interval_s=settings.interval_s, history=history.backend,
                          history_executor=history.executor, clock=history.clock, replay=history.replay,
-                         cluster=runtime.cluster, staging=Staging(guard=gc_policy.building))
+                         cluster=runtime.cluster, accounting=runtime.accounting,
+                         staging=Staging(guard=gc_policy.building))
     cluster = runtime.cluster is not None
     prefix = settings.prefix
     applications: dict[str, Application] = {}
@@ -253,7 +254,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
             )
 
     def index_page() -> str:
-        health = evaluate(inventory, store.latest(), store.events(), time.time())
+        health = evaluate(inventory, store.latest(), store.events(), time.time(), idle=runtime.accounting.idle()[1])
         return render_index(inventory, prefix, settings.interval_s, store.capacity, PROFILES_HINT, health=health,
                             history=history.status, replay=history.replay, cluster=cluster)
 
@@ -265,10 +266,11 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
                                                                                    cluster=cluster)}),
         (r"/info\.json", JsonHandler, {"produce": lambda _h: info_json(inventory, history_health(history))}),
         (r"/metrics", MetricsHandler, {"store": store, "counters": metrics.counters, "options": metrics.options,
-                                        "token": settings.metrics_token}),
+                                        "token": settings.metrics_token, "accounting": runtime.accounting}),
         (r"/api/history\.json", HistoryJsonHandler, {"history": history}),
         (r"/export\.csv", ExportCsvHandler, {"history": history, "export": export_text}),
-        (r"/api/snapshot\.json", JsonHandler, {"produce": lambda _h: snapshot_json(store)}),
+        (r"/api/snapshot\.json", JsonHandler,
+         {"produce": lambda _h: snapshot_json(store, idle=runtime.accounting.idle()[1])}),
         (r"/api/processes\.json", JsonHandler, {"produce": lambda _h: processes_json(store)}),
         (r"/api/accounting\.json", AccountingJsonHandler, {"book": runtime.accounting, "executor": history.executor}),
         (r"/api/accounting\.csv", AccountingCsvHandler, {"book": runtime.accounting, "executor": history.executor}),

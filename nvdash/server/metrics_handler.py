@@ -4,12 +4,16 @@ bearer token.
 Who may scrape: with ``--metrics-token``, a scraper sending ``Authorization: Bearer <that token>``; when the
 dashboards require a token, also whoever the dashboards admit (their token as a bearer token, or the browser's
 cookie); when neither applies, anyone, like the dashboards themselves.
+
+On a live server the accounting book's accountant adds ``nvdash_gpu_allocated_idle_seconds`` and, with
+``--metrics-job-label``, the owners' ``hpc_job`` label; a replay has no accountant, so neither.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -22,6 +26,10 @@ from nvdash.server.access import same_secret, token_from_authorization
 from nvdash.server.auth import gate_of
 from nvdash.settings import Settings
 from nvdash.store import Store
+
+if TYPE_CHECKING:
+    from nvdash.accounting.accountant import Accountant
+    from nvdash.accounting.report import AccountingBook
 
 
 @dataclass(frozen=True)
@@ -46,15 +54,15 @@ def metrics_setup(settings: Settings, hostname: str) -> tuple[MetricsSetup, list
     if settings.metrics_labels is not None:
         drop = frozenset(label for label in (*GPU_LABELS, *LABEL_FIELDS) if label not in settings.metrics_labels)
     options = ExportOptions(hostname=settings.hostname or hostname, drop_labels=drop, pods=settings.metrics_pods,
-                            processes=settings.metrics_processes)
+                            processes=settings.metrics_processes, job_label=settings.metrics_job_label)
     return MetricsSetup(tuple(counters), options), unknown_fields(counters)
 
 
-def registry_for(store: Store, counters: Sequence[Counter], options: ExportOptions, openmetrics: bool
-                 ) -> CollectorRegistry:
+def registry_for(store: Store, counters: Sequence[Counter], options: ExportOptions, openmetrics: bool,
+                 accountant: Accountant | None = None) -> CollectorRegistry:
     """A registry holding only the store's collector (none of the process's default collectors)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(store, counters, options, openmetrics=openmetrics))
+    registry.register(StoreCollector(store, counters, options, openmetrics=openmetrics, accountant=accountant))
     return registry
 
 
@@ -62,11 +70,12 @@ class MetricsHandler(RequestHandler):
     """Serves one scrape from the store to the scrapers the module's rules admit (401 for the others)."""
 
     def initialize(self, store: Store, counters: Sequence[Counter], options: ExportOptions,
-                   token: str | None = None) -> None:
+                   token: str | None = None, accounting: AccountingBook | None = None) -> None:
         self._store = store
         self._counters = counters
         self._options = options
         self._token = token
+        self._accountant = accounting.accountant if accounting is not None else None
         self._registries: dict[bool, CollectorRegistry] = {}
 
     def _admitted(self) -> bool:
@@ -87,7 +96,7 @@ class MetricsHandler(RequestHandler):
             return
         encoder, content_type = choose_encoder(self.request.headers.get("Accept", ""))
         openmetrics = content_type.startswith("application/openmetrics-text")
-        registry = registry_for(self._store, self._counters, self._options, openmetrics)
+        registry = registry_for(self._store, self._counters, self._options, openmetrics, self._accountant)
         self.set_header("Cache-Control", "no-store")
         if openmetrics:
             self.set_header("Content-Type", content_type)

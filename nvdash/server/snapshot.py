@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from nvdash.accounting.idle import IdleAllocation
 from nvdash.health.clock_events import decode_reasons
 from nvdash.health.status import GpuHealth, evaluate
 from nvdash.health.xid import xid_info
@@ -67,12 +68,13 @@ def event_json(event: GpuEvent) -> dict[str, Any]:
     return result
 
 
-def snapshot_json(store: Store, now: Callable[[], float] = time.time) -> dict[str, Any]:
-    """The document ``/api/snapshot.json`` serves."""
+def snapshot_json(store: Store, now: Callable[[], float] = time.time,
+                  idle: Sequence[IdleAllocation] = ()) -> dict[str, Any]:
+    """The document ``/api/snapshot.json`` serves; ``idle``: the allocations idle long enough (health warnings)."""
     inventory = store.inventory
     latest: Snapshot | None = store.latest()
     events = store.events()
-    health = {item.index: item for item in evaluate(inventory, latest, events, now())}
+    health = {item.index: item for item in evaluate(inventory, latest, events, now(), idle=idle)}
     samples = {sample.index: sample for sample in latest.gpus} if latest is not None else {}
     usage = latest.usage if latest is not None else None
     usages = {gpu.index: gpu for gpu in usage.gpus} if usage is not None else {}

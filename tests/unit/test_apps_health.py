@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,6 +15,8 @@ from bokeh.document.events import ColumnsStreamedEvent
 from bokeh.models import ColumnDataSource, Plot
 from bokeh.models.widgets import DataTable, Div, Select, Toggle
 
+from nvdash.accounting.accountant import Accountant
+from nvdash.accounting.report import AccountingBook
 from nvdash.apps import (
     APPS,
     AppContext,
@@ -249,6 +252,28 @@ def test_health_escapes_text_from_the_driver() -> None:
     _, status, _, _ = health_doc(make_ctx(rows=rows, events=[]))
     assert "<script>" not in status.text
     assert "&lt;script&gt;" in status.text
+
+
+def test_health_flags_an_allocation_idle_for_long_enough_and_follows_it_live(tmp_path: Path) -> None:
+    (tmp_path / "1").write_text("555\n")  # Slurm job 555 holds GPU 1 and runs nothing on it
+    store = Store(INVENTORY, capacity=100)
+    accountant = Accountant({info.index: info.uuid for info in INVENTORY.gpus}, job_mapping_dir=tmp_path,
+                            idle_after_s=1.0)
+    store.add_listener(accountant)
+    for row in ROWS:
+        store.append(row)
+    store.add_events(EVENTS)
+    ctx = AppContext(store=store, interval_s=1.0, accounting=AccountingBook(accountant))
+    doc, status, _, _ = health_doc(ctx)
+    assert re.findall(r'data-status="(\w+)"', status.text) == ["critical", "warning", "critical"]
+    assert "allocated but idle for 2 s: Slurm job 555, no process (end the job or release the GPU)" in plain(
+        status.text)
+    store.append(Snapshot(1003.0, (h100(1003.0), a100(), GpuSample(2, utilization_pct=1.0)), HostSample()))
+    tick(doc)
+    assert "allocated but idle for 3 s: Slurm job 555, no process" in plain(status.text)
+    # Without the accounting (or with nothing idle) GPU 1 is OK.
+    _, plain_status, _, _ = health_doc(make_ctx())
+    assert "allocated but idle" not in plain(plain_status.text)
 
 
 # --- GPU Details ----------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from nvdash.accounting.attribution import Owner
+from nvdash.accounting.idle import MEMORY_AT_ZERO, NO_PROCESS, IdleAllocation
 from nvdash.health.clock_events import (
     GPU_IDLE,
     HW_POWER_BRAKE_SLOWDOWN,
@@ -15,7 +17,18 @@ from nvdash.health.clock_events import (
     SW_POWER_CAP,
     SW_THERMAL_SLOWDOWN,
 )
-from nvdash.health.status import Finding, GpuHealth, Status, evaluate, evaluate_gpu, format_age, worst
+from nvdash.health.status import (
+    IDLE_ACTION,
+    Finding,
+    GpuHealth,
+    Status,
+    evaluate,
+    evaluate_gpu,
+    format_age,
+    format_duration,
+    owner_text,
+    worst,
+)
 from nvdash.sampling.records import (
     GpuEvent,
     GpuInfo,
@@ -314,3 +327,54 @@ def test_importing_health_loads_no_bokeh_and_no_hardware_library() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+# --- allocated but idle (the accounting's flagged allocations) ----------------------------------------------
+
+ALICE_JOB = Owner("slurm", "555", "alice", "physics")
+
+
+def test_an_allocation_idle_long_enough_is_a_warning_on_its_gpu() -> None:
+    idle = [IdleAllocation(0, "GPU-0", ALICE_JOB, NOW - 47 * 60 - 5, NO_PROCESS, None)]
+    snapshot = Snapshot(NOW, (healthy(0), healthy(1)), HostSample())
+    result = evaluate(INVENTORY, snapshot, [], NOW, idle=idle)
+    assert result[0].status is Status.WARNING
+    assert result[0].findings == (
+        Finding(Status.WARNING, "allocated but idle for 47 min: Slurm job 555 (alice), no process", "idle",
+                IDLE_ACTION),)
+    assert IDLE_ACTION == "end the job or release the GPU"
+    assert result[1] == GpuHealth(1, Status.OK, ())
+    assert evaluate(INVENTORY, snapshot, [], NOW) == (GpuHealth(0, Status.OK, ()), GpuHealth(1, Status.OK, ()))
+
+
+def test_idle_findings_name_the_owner_the_mig_instance_and_the_memory_held() -> None:
+    pod = Owner("pod", "ml/trainer-0", "bob", "ml")
+    idle = [IdleAllocation(1, "MIG-abc", pod, NOW - 2 * 3600 - 5 * 60, MEMORY_AT_ZERO, 12 * GiB),
+            IdleAllocation(1, "GPU-1", Owner("user", "carol", "carol", "unknown"), NOW - 40, "utilization 0", None)]
+    health = evaluate_gpu(L4, healthy(1), (), NOW, idle=idle)
+    assert health.status is Status.WARNING
+    assert texts(health) == [
+        "allocated but idle for 2 h 5 min: pod ml/trainer-0 (bob) on MIG-abc, memory held at 0 % compute (12.0 GiB)",
+        "allocated but idle for 40 s: user carol, utilization 0",
+    ]
+
+
+def test_idle_findings_rank_below_worse_ones_and_skip_a_lost_gpu() -> None:
+    idle = [IdleAllocation(0, "GPU-0", ALICE_JOB, NOW - 3600, NO_PROCESS, None)]
+    critical = evaluate_gpu(H100, healthy(0, remap_failure=True), (), NOW, idle=idle)
+    assert [finding.kind for finding in critical.findings] == ["remap", "idle"]
+    assert critical.status is Status.CRITICAL
+    lost = evaluate_gpu(H100, GpuSample(0, lost=True), (), NOW, idle=idle)
+    assert [finding.kind for finding in lost.findings] == ["lost"]
+
+
+def test_durations_and_owners_read_like_a_person_would_say_them() -> None:
+    assert format_duration(5.7) == "5 s"
+    assert format_duration(59.9) == "59 s"
+    assert format_duration(60) == "1 min"
+    assert format_duration(47 * 60 + 59) == "47 min"
+    assert format_duration(3600) == "1 h"
+    assert format_duration(3 * 3600 + 5 * 60 + 30) == "3 h 5 min"
+    assert owner_text(ALICE_JOB) == "Slurm job 555 (alice)"
+    assert owner_text(Owner("slurm", "556", "unknown", "unknown")) == "Slurm job 556"
+    assert owner_text(Owner("container", "0123456789ab", "bob", "bob")) == "container 0123456789ab (bob)"
