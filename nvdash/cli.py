@@ -24,6 +24,8 @@ ENV_FAULTS = "NVDASH_FAKE_FAULTS"
 ENV_HISTORY = "NVDASH_HISTORY"
 """A history file path, or ``off``: the default of ``--history`` / ``--no-history`` (for the Jupyter proxy)."""
 ENV_METRICS_TOKEN = "NVDASH_METRICS_TOKEN"
+ENV_JOB_MAPPING_DIR = "NVDASH_JOB_MAPPING_DIR"
+"""The default of ``--job-mapping-dir`` (a node's setting, for servers the Jupyter proxy starts)."""
 ENV_TOKEN = "NVDASH_TOKEN"
 """The dashboards' token: the default of ``--token`` (for a token kept in a Kubernetes Secret)."""
 COMMANDS = ("serve", "export", "import", "replay", "report")
@@ -137,7 +139,7 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
     )
     parser.add_argument("--job-mapping-dir", default=None, metavar="DIR",
                         help="a directory of per-GPU files (named by GPU index or UUID) holding the Slurm job "
-                        "on each GPU, as a prolog/epilog writes them for dcgm-exporter")
+                        f"on each GPU, as a prolog/epilog writes them for dcgm-exporter (also ${ENV_JOB_MAPPING_DIR})")
     parser.add_argument("--accounting-retention", default=None, metavar="DURATION",
                         help="how long the accounting's hourly tallies per job, pod and user are kept "
                         "(default 365d; units h, d, w)")
@@ -149,12 +151,14 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
     return parser
 
 
-def _job_mapping_dir(value: str | None) -> str | None:
-    if value is None:
+def _job_mapping_dir(value: str | None, environ: Mapping[str, str]) -> str | None:
+    given = value or (environ.get(ENV_JOB_MAPPING_DIR) or "").strip() or None
+    if given is None:
         return None
-    path = Path(value).expanduser()
+    path = Path(given).expanduser()
     if not path.is_dir():
-        raise UsageError(f"--job-mapping-dir: {value} is not a directory")
+        source = "--job-mapping-dir" if value else f"${ENV_JOB_MAPPING_DIR}"
+        raise UsageError(f"{source}: {given} is not a directory")
     return str(path)
 
 
@@ -340,7 +344,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         history=enabled,
         history_path=path,
         retention_s=retention,
-        job_mapping_dir=_job_mapping_dir(args.job_mapping_dir),
+        job_mapping_dir=_job_mapping_dir(args.job_mapping_dir, environ),
         accounting_retention_s=_duration_option("--accounting-retention", args.accounting_retention,
                                                 defaults.accounting_retention_s, "hdw", 86_400.0),
         idle_after_s=_duration_option("--idle-after", args.idle_after, defaults.idle_after_s, "smh", 1.0),

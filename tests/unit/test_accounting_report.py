@@ -44,6 +44,9 @@ def test_the_accounting_flags() -> None:
     assert (settings.accounting_retention_s, settings.idle_after_s, settings.job_mapping_dir) == (
         14 * 86_400.0, 600.0, "/")
     assert settings.metrics_job_label is True
+    assert parse_settings([], {"NVDASH_JOB_MAPPING_DIR": "/"}).job_mapping_dir == "/"
+    with pytest.raises(UsageError, match=r"^\$NVDASH_JOB_MAPPING_DIR: /nowhere is not a directory$"):
+        parse_settings([], {"NVDASH_JOB_MAPPING_DIR": "/nowhere"})
     for argv, message in ((["--job-mapping-dir", "/no/such/dir"], "--job-mapping-dir: /no/such/dir is not a"),
                           (["--idle-after", "soon"], "--idle-after: 'soon' is not a duration"),
                           (["--accounting-retention", "1h"], "--accounting-retention must be at least")):
