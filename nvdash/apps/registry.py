@@ -11,6 +11,7 @@ from bokeh.document import Document
 from nvdash.apps import (
     cluster_nodes,
     cluster_pods,
+    gpu_accounting,
     gpu_details,
     gpu_health,
     gpu_memory,
@@ -53,6 +54,7 @@ APPS: tuple[AppSpec, ...] = (
     AppSpec("/GPU-Utilization", gpu_utilization.TITLE, gpu_utilization.build, Requirement.GPU),
     AppSpec("/GPU-Memory", gpu_memory.TITLE, gpu_memory.build, Requirement.GPU),
     AppSpec("/GPU-Processes", gpu_processes.TITLE, gpu_processes.build, Requirement.GPU),
+    AppSpec("/GPU-Accounting", gpu_accounting.TITLE, gpu_accounting.build, Requirement.GPU),
     AppSpec("/GPU-Resources", gpu_resources.TITLE, gpu_resources.build, Requirement.GPU),
     AppSpec("/GPU-Health", gpu_health.TITLE, gpu_health.build, Requirement.GPU),
     AppSpec("/GPU-Details", gpu_details.TITLE, gpu_details.build, Requirement.GPU),

@@ -98,7 +98,7 @@ def _quiet(server: NvdashServer, timers: int | None = None) -> dict[str, object]
 
 def test_a_thousand_websockets_leave_nothing_behind(server: NvdashServer) -> None:
     routes = list(json.loads(asyncio.run(get(HOST, server.port, "/index.json")).body))
-    assert len(routes) == 11
+    assert len(routes) == 12
     timers_idle = int(server.health()["timers"])
     endings: Counter[str] = Counter()
 

@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 
 import pytest
 from bokeh.client import ClientSession
+from bokeh.models import ColumnDataSource
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.ioloop import IOLoop
 from tornado.websocket import websocket_connect
@@ -20,6 +21,7 @@ ROUTES = {
     "/GPU-Utilization": "GPU Utilization",
     "/GPU-Memory": "GPU Memory",
     "/GPU-Processes": "GPU Processes",
+    "/GPU-Accounting": "GPU Accounting",
     "/GPU-Resources": "GPU Resources",
     "/GPU-Health": "GPU Health",
     "/GPU-Details": "GPU Details",
@@ -29,8 +31,9 @@ ROUTES = {
     "/GPU-Topology": "GPU Topology",
     "/Machine-Resources": "Machine Resources",
 }
-STATIC_ROUTES = frozenset({"/GPU-Topology"})
-"""Dashboards that show what does not change while the server runs (no live data to stream)."""
+STATIC_ROUTES = frozenset({"/GPU-Topology", "/GPU-Accounting"})
+"""Dashboards that stream no live data: the topology does not change while the server runs, the accounting is
+read again only every 30 s (see ``test_accounting_page_fills_its_table_and_links_the_csv``)."""
 LIVE_ROUTES = [route for route in ROUTES if route not in STATIC_ROUTES]
 
 
@@ -120,6 +123,28 @@ def test_every_dashboard_streams_data_that_advances(server: NvdashServer, route:
         assert any(any(len(col) for col in source.values()) for source in before), "all sources are empty"
         # The simulated job has data-loader stalls of a few seconds with no traffic at all: wait past one.
         wait_for(lambda: _received(session), lambda after: after != fingerprint(before))
+    finally:
+        session.close()
+
+
+def test_accounting_page_fills_its_table_and_links_the_csv(server: NvdashServer) -> None:
+    session = open_session(server.url, "/GPU-Accounting")
+    try:
+        def owners() -> list[str]:
+            receive_for(session, 0.2)
+            (source,) = session.document.select({"type": ColumnDataSource, "name": "accounting"})
+            return list(source.data["key"])
+
+        assert wait_for(owners, bool) == ["unknown"]  # the simulated processes' user, whom no system names
+        (link,) = session.document.select({"name": "csv"})
+        found = re.search(r'href="([^"]+)"', link.text)
+        assert found is not None, link.text
+        href = found.group(1).replace("&amp;", "&")
+        assert href == "api/accounting.csv?range=7d&by=job"  # relative: under any prefix or proxy
+        status, body, _ = http_get(f"{server.url}/{href}")
+        assert status == 200
+        assert body.splitlines()[0].startswith("job,kinds,gpus,gpu_hours,")
+        assert body.splitlines()[1].startswith("unknown,user,")
     finally:
         session.close()
 

@@ -165,6 +165,7 @@ def test_apps_routes_titles_and_order() -> None:
         ("/GPU-Utilization", "GPU Utilization"),
         ("/GPU-Memory", "GPU Memory"),
         ("/GPU-Processes", "GPU Processes"),
+        ("/GPU-Accounting", "GPU Accounting"),
         ("/GPU-Resources", "GPU Resources"),
         ("/GPU-Health", "GPU Health"),
         ("/GPU-Details", "GPU Details"),
@@ -176,7 +177,7 @@ def test_apps_routes_titles_and_order() -> None:
         ("/Cluster-Nodes", "Cluster Nodes"),
         ("/Cluster-Pods", "Cluster Pods"),
     ]
-    assert [spec.requires for spec in APPS] == [Requirement.GPU] * 7 + [Requirement.NVLINK] * 2 + [
+    assert [spec.requires for spec in APPS] == [Requirement.GPU] * 8 + [Requirement.NVLINK] * 2 + [
         Requirement.TOPOLOGY, Requirement.NONE, Requirement.PROMETHEUS, Requirement.PROMETHEUS]
     assert all(isinstance(spec, AppSpec) and callable(spec.build) for spec in APPS)
 
@@ -198,8 +199,8 @@ def test_without_gpus_only_the_machine_is_offered_with_the_nvml_reason() -> None
 def test_without_nvlink_the_nvlink_apps_are_not_offered() -> None:
     inventory = Inventory(host=HOST, gpus=(L4,))
     assert [spec.route for spec in available_apps(inventory)] == [
-        "/GPU-Utilization", "/GPU-Memory", "/GPU-Processes", "/GPU-Resources", "/GPU-Health", "/GPU-Details",
-        "/PCIe-Throughput", "/Machine-Resources"]
+        "/GPU-Utilization", "/GPU-Memory", "/GPU-Processes", "/GPU-Accounting", "/GPU-Resources", "/GPU-Health",
+        "/GPU-Details", "/PCIe-Throughput", "/Machine-Resources"]
     nvlink_apps = [spec for spec in APPS if spec.requires is Requirement.NVLINK]
     assert {unavailable_reason(spec, inventory) for spec in nvlink_apps} == {
         "None of the GPUs on this machine has NVLink."}
@@ -446,8 +447,9 @@ def test_every_app_builds_on_an_empty_store_and_without_gpus() -> None:
             assert doc.title == spec.title
             (root,) = doc.roots
             assert getattr(root, "sizing_mode", None) == "stretch_both"
-            if spec.requires is Requirement.TOPOLOGY:
-                assert doc.session_callbacks == []  # static: read once at start
+            if spec.requires is Requirement.TOPOLOGY or spec.route == "/GPU-Accounting":
+                # static: read once at start; the accounting page without accounting (none here) is one note
+                assert doc.session_callbacks == []
                 continue
             assert len(doc.session_callbacks) == 1
             ctx.store.append(ROWS[0])
