@@ -6,11 +6,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import get_json, http_get, nvdash_server, wait_for
+from tests.conftest import free_port, get_json, http_get, nvdash_env, nvdash_server, wait_for
 
 
 @pytest.mark.parametrize("history", [True, False], ids=["history", "no-history"])
@@ -43,3 +46,54 @@ def test_the_mapped_job_is_charged_and_served_as_json_and_csv(tmp_path: Path, hi
             status, body, _ = http_get(server.url + "/api/accounting.json?" + query)
             assert status == 400
             assert message in json.loads(body)["error"]
+
+
+def test_the_accounting_outlives_the_server_adds_up_across_restarts_and_is_replayed(tmp_path: Path) -> None:
+    mapping = tmp_path / "map"
+    mapping.mkdir()
+    (mapping / "5").write_text("4711\n")
+    path = tmp_path / "h.sqlite"
+    args = ["--simulate", "dgx-h100", "--interval", "0.25", "--job-mapping-dir", str(mapping), "--history", str(path)]
+
+    def charged(url: str) -> float:
+        rows = get_json(url + "/api/accounting.json?range=today")["rows"]
+        return next((row["gpu_seconds"] for row in rows if row["key"] == "4711"), 0.0)
+
+    with nvdash_server(args) as server:
+        wait_for(lambda: charged(server.url), lambda seconds: seconds >= 2.0, timeout_s=60.0)
+    first = accounting_seconds(path)
+    assert first >= 2.0, "the server's last tallies are written when it stops"
+    with nvdash_server(args) as server:
+        wait_for(lambda: charged(server.url), lambda seconds: seconds >= first + 2.0, timeout_s=60.0)
+    second = accounting_seconds(path)
+    assert second >= first + 2.0, "a restarted server adds to the hours already stored"
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "nvdash", "replay", str(path), "--port", str(port)],
+                               env=nvdash_env(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        report = wait_for(lambda: try_json(url + "/api/accounting.json?range=today"), lambda r: r is not None,
+                          timeout_s=60.0)
+        assert report["source"] == "history"
+        assert report["idle_allocations"] == []
+        [row] = [row for row in report["rows"] if row["key"] == "4711"]
+        assert row["gpu_seconds"] == pytest.approx(second, abs=1e-3)
+        assert row["gpus"] == [5]
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def accounting_seconds(path: Path) -> float:
+    """GPU-seconds stored for job 4711, read with plain SQLite."""
+    with sqlite3.connect(path) as connection:
+        value = connection.execute("SELECT sum(allocated_s) FROM accounting WHERE job = '4711'").fetchone()[0]
+    return float(value or 0.0)
+
+
+def try_json(url: str) -> dict[str, object] | None:
+    try:
+        status, body, _ = http_get(url, timeout=5.0)
+    except OSError:
+        return None
+    return json.loads(body) if status == 200 else None

@@ -95,3 +95,19 @@ def test_the_writer_stores_the_accountants_tallies_and_keeps_them_when_the_disk_
     [(_, _, stored)] = accounting_table.totals(reader, T0, T0 + H)
     assert stored.allocated_s == pytest.approx(4.0)
     writer.stop()
+
+
+def test_the_writer_prunes_hours_older_than_the_accounting_retention(tmp_path: Path) -> None:
+    accountant = Accountant({0: inventory().gpus[0].uuid}, retention_s=2 * 86_400.0)
+    path = tmp_path / "h.sqlite"
+    writer = HistoryWriter(path, inventory(), "test", 1.0, retention_s=86_400.0, accounting=accountant)
+    writer.open()
+    assert writer._connection is not None
+    old, kept = T0 - 3 * 86_400.0, T0 - 86_400.0 - H  # older than 2 days; older than the readings' 1 day only
+    accounting_table.store(writer._connection, {(JOB, 0, old): tally(old, old + 60, 60.0, 1.0, None),
+                                                (JOB, 0, kept): tally(kept, kept + 60, 60.0, 1.0, None)})
+    writer.submit(snapshot(T0, 0))
+    writer.flush()
+    rows = writer._connection.execute("SELECT hour FROM accounting ORDER BY hour").fetchall()
+    assert rows == [(kept,)]
+    writer.stop()
