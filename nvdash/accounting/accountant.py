@@ -100,6 +100,20 @@ class Accountant:
         with self._lock:
             self._ledger.restore(tallies)
 
+    def status(self) -> dict[str, object]:
+        """What ``/health`` reports: the job-mapping directory and whether it could be read, the jobs it names,
+        readings that could not be accounted, and the idle threshold."""
+        mapping = self._mapping
+        jobs = sorted({job.job_id for jobs in (*mapping.by_index.values(), *mapping.by_uuid.values())
+                       for job in jobs}) if mapping is not None else []
+        return {
+            "job_mapping_dir": None if self._mapping_dir is None else str(self._mapping_dir),
+            "job_mapping_readable": None if mapping is None else mapping.available,
+            "mapped_jobs": jobs,
+            "failed_readings": self._failures,
+            "idle_after_s": self._idle.after_s,
+        }
+
     @property
     def mapping(self) -> JobMapping | None:
         """The job mapping last read; ``None`` without a directory."""

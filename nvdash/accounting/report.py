@@ -82,6 +82,13 @@ class AccountingBook:
             return self.accountant.tallies(start_s, end_s)
         return []
 
+    def status(self) -> dict[str, object]:
+        """Where the accounting is read, and the accountant's own status when there is one."""
+        result: dict[str, object] = {"source": self.source}
+        if self.accountant is not None:
+            result.update(self.accountant.status())
+        return result
+
     def idle(self) -> tuple[float, list[IdleAllocation]]:
         """The latest reading's time and the allocations idle for long enough at it (none without a sampler)."""
         if self.accountant is None:

@@ -187,6 +187,7 @@ def health(
         "started_at": runtime.started_at,
         "sampler": sampler,
         "history": history_health(runtime.history),
+        "accounting": runtime.accounting.status(),
         "store": {"rows": len(runtime.store), "capacity": runtime.store.capacity, "last_seq": runtime.store.last_seq},
         "nvml_calls": runtime.nvml_calls(),
         "event_loop": runtime.loop_monitor.report(since=since),

@@ -46,6 +46,16 @@ def test_the_mapped_job_is_charged_and_served_as_json_and_csv(tmp_path: Path, hi
             status, body, _ = http_get(server.url + "/api/accounting.json?" + query)
             assert status == 400
             assert message in json.loads(body)["error"]
+        status = server.health()["accounting"]
+        assert status["source"] == ("history" if history else "memory")
+        assert (status["job_mapping_dir"], status["job_mapping_readable"]) == (str(mapping), True)
+        assert status["mapped_jobs"] == ["31337"]
+        assert status["failed_readings"] == 0
+        (mapping / "3").unlink()  # the epilog, then the directory itself goes (an unmounted share)
+        mapping.rmdir()
+        gone = wait_for(lambda: server.health()["accounting"], lambda s: s["job_mapping_readable"] is False,
+                        timeout_s=60.0)
+        assert gone["mapped_jobs"] == []
 
 
 def test_the_accounting_outlives_the_server_adds_up_across_restarts_and_is_replayed(tmp_path: Path) -> None:
