@@ -64,7 +64,8 @@ RANGE_LABELS = {"today": "Today", "7d": "Last 7 days", "30d": "Last 30 days", CU
 BY_LABELS = {"job": "job", "pod": "pod", "user": "user", "namespace": "namespace/project"}
 SOURCE_TEXT = {"history": "from the history file", "memory": "in memory since this server started (no history)",
                "none": "no accounting source"}
-CUSTOM_HINT = "custom range: type a from time (ISO 8601 or Unix seconds) and press Enter"
+CUSTOM_HINT = ("custom range: type a from time (ISO 8601 or Unix seconds) and press Enter; "
+               "the accounting is kept per hour, so a range takes in every hour it touches")
 NO_ACCOUNTING = "This server keeps no GPU accounting."
 ERROR_COLOR = "#c62828"
 WASTE_ROW_PX = 24
@@ -301,7 +302,7 @@ def _describe(report: Report) -> str:
         return RANGE_LABELS[label].lower()
     start = datetime.fromtimestamp(report.range.start_s).strftime("%Y-%m-%d %H:%M")
     end = datetime.fromtimestamp(report.range.end_s).strftime("%Y-%m-%d %H:%M")
-    return f"{start} to {end}" if label == CUSTOM else f"last {label}"
+    return f"{start} to {end} (whole hours)" if label == CUSTOM else f"last {label}"
 
 
 def build(doc: Document, ctx: AppContext) -> None:
