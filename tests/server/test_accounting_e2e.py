@@ -43,9 +43,12 @@ def hardware() -> Iterator[Hardware]:
 
 @pytest.fixture
 def child() -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "--nvdash-test-child"])
+    # Lives until the test closes its standard input.
+    process = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "--nvdash-test-child"],
+                               stdin=subprocess.PIPE)
     yield process
-    process.kill()
+    assert process.stdin is not None
+    process.stdin.close()
     process.wait(10)
 
 
