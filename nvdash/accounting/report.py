@@ -160,6 +160,12 @@ def idle_json(allocation: IdleAllocation, now_s: float) -> dict[str, Any]:
             "memory_bytes": allocation.memory_bytes}
 
 
+def totals(report: Report) -> dict[str, float]:
+    """GPU-hours (allocated, busy, wasted) and kWh of all the report's rows."""
+    return {name: round(sum(getattr(row, name) for row in report.rows), 6)
+            for name in ("gpu_hours", "busy_hours", "wasted_hours", "energy_kwh")}
+
+
 def report_json(report: Report) -> dict[str, Any]:
     """The whole report as ``/api/accounting.json`` answers it."""
     rows = [row_json(row) for row in report.rows]
@@ -169,8 +175,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "source": report.source,
         "resolution_s": 3600,
         "rows": rows,
-        "totals": {name: round(sum(row[name] for row in rows), 6)
-                   for name in ("gpu_hours", "busy_hours", "wasted_hours", "energy_kwh")},
+        "totals": totals(report),
         "idle_after_s": report.idle_after_s,
         "idle_allocations": [idle_json(allocation, report.idle_now_s) for allocation in report.idle],
     }
@@ -219,9 +224,9 @@ def report_table(report: Report) -> str:
              for line in lines]
     if not report.rows:
         text.append("(no GPU was allocated or used in this range)")
-    totals = report_json(report)["totals"]
-    text.append(f"total: {totals['gpu_hours']:.2f} GPU-hours, {totals['busy_hours']:.2f} busy, "
-                f"{totals['wasted_hours']:.2f} wasted, {totals['energy_kwh']:.3f} kWh")
+    summed = totals(report)
+    text.append(f"total: {summed['gpu_hours']:.2f} GPU-hours, {summed['busy_hours']:.2f} busy, "
+                f"{summed['wasted_hours']:.2f} wasted, {summed['energy_kwh']:.3f} kWh")
     if any(not row.total.energy_complete for row in report.rows):
         text.append("* the energy counter was not read over all of the allocated time")
     return "\n".join(text) + "\n"

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 from nvdash.accounting.attribution import Owner
 from nvdash.accounting.idle import IdleAllocation
-from nvdash.accounting.report import Report
+from nvdash.accounting.report import Report, totals
 from nvdash.accounting.summary import Row
 from nvdash.apps.time_range import describe_seconds
 from nvdash.units import format_bytes
@@ -113,15 +113,13 @@ def idle_note(report: Report) -> str:
     return f"{count} allocation{'' if count == 1 else 's'} idle for {after} or more, longest first."
 
 
-def totals_html(rows: Sequence[Row]) -> str:
+def totals_html(report: Report) -> str:
     """The range's totals in one line."""
-    gpu, busy, wasted = (sum(getattr(row, name) for row in rows) for name in ("gpu_hours", "busy_hours",
-                                                                                "wasted_hours"))
-    energy = sum(row.energy_kwh for row in rows)
-    partial = any(not row.total.energy_complete for row in rows)
+    summed = totals(report)
+    partial = any(not row.total.energy_complete for row in report.rows)
     note = f" ({INCOMPLETE} energy counted over part of the time only)" if partial else ""
-    return (f"<b>Range totals:</b> {gpu:.3f} GPU-hours · {busy:.3f} busy · {wasted:.3f} wasted · "
-            f"{energy:.3f} kWh{escape(note)}")
+    return (f"<b>Range totals:</b> {summed['gpu_hours']:.3f} GPU-hours · {summed['busy_hours']:.3f} busy · "
+            f"{summed['wasted_hours']:.3f} wasted · {summed['energy_kwh']:.3f} kWh{escape(note)}")
 
 
 def csv_href(range_name: str, by: str, start: str = "", end: str = "") -> str:

@@ -273,7 +273,7 @@ class AccountingView:
         data = row_columns(report.rows)
         self.source.data = data
         self.table.height = table_height(len(data["key"]))
-        self.totals.text = totals_html(report.rows)
+        self.totals.text = totals_html(report)
         waste = waste_columns(report.rows)
         factors = list(reversed(waste["owner"]))
         categories = self.waste.y_range
