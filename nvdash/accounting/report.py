@@ -22,6 +22,7 @@ from nvdash.accounting.summary import GROUPINGS, Row, summarize
 from nvdash.history import accounting_table
 from nvdash.history.database import HistoryError
 from nvdash.history.ranges import RangeError, TimeRange, resolve
+from nvdash.units import format_bytes
 
 RANGES = ("today", "7d", "30d")
 """The page's choices besides a custom from/to."""
@@ -215,7 +216,7 @@ def report_table(report: Report) -> str:
             row.key, ",".join(sorted(row.kinds)), ",".join(str(gpu) for gpu in sorted(row.gpus)),
             _cell(row.gpu_hours), _cell(row.busy_hours), _cell(row.wasted_hours), _cell(efficiency, 1),
             _cell(row.energy_kwh, 3) + ("" if total.energy_complete else "*"),
-            "-" if peak is None else f"{peak / (1 << 30):.1f} GiB",
+            "-" if peak is None else format_bytes(peak),
             _iso(total.start_s)[:16].replace("T", " "), _iso(total.end_s)[:16].replace("T", " "),
         ))
     widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
