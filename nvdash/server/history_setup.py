@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +21,10 @@ from nvdash.store import DEFAULT_EVENT_CAPACITY, Store
 
 log = logging.getLogger(__name__)
 
+QUERY_WORKERS = 2
+"""Threads that answer history queries, each through its own read-only connection."""
+WORKER_START_TIMEOUT_S = 10.0
+
 
 @dataclass
 class HistoryRuntime:
@@ -29,9 +35,33 @@ class HistoryRuntime:
     status: str = "off (--no-history)"
     path: Path | None = None
     executor: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="nvdash-history-query"))
+        default_factory=lambda: ThreadPoolExecutor(QUERY_WORKERS, thread_name_prefix="nvdash-history-query"))
     clock: Callable[[], float] = time.time
     replay: bool = False
+
+    def start_query_workers(self) -> None:
+        """Start every query thread now, each opening its read connection, so that the server holds the same
+        threads and descriptors from its first second instead of growing on the first pages that ask.
+
+        Each start waits at a barrier for the others: a pool hands a task to an idle thread before it starts a
+        new one, and no thread is idle until all have started.
+        """
+        if not isinstance(self.backend, SqliteHistory):
+            return
+        backend = self.backend
+        barrier = threading.Barrier(QUERY_WORKERS)
+
+        def start() -> None:
+            try:
+                backend.connection()
+            except Exception as error:  # a damaged file says so on its first query; this is only a warm-up
+                log.debug("history query thread could not open %s: %s", backend.path, error)
+            finally:
+                with contextlib.suppress(threading.BrokenBarrierError):
+                    barrier.wait(WORKER_START_TIMEOUT_S)
+
+        for _ in range(QUERY_WORKERS):
+            self.executor.submit(start)
 
     def close(self) -> None:
         """Stop the writer (writing what is queued) and the query threads."""
@@ -65,10 +95,14 @@ def open_history(settings: Settings, store: Store, accounting: AccountingSource 
         writer.open()
     except HistoryLocked as error:
         log.warning("%s; this server reads it without writing", error)
-        return HistoryRuntime(backend=SqliteHistory(path), status=f"read-only: {error}", path=path)
+        runtime = HistoryRuntime(backend=SqliteHistory(path), status=f"read-only: {error}", path=path)
+        runtime.start_query_workers()
+        return runtime
     store.add_listener(writer)
     writer.start()
-    return HistoryRuntime(backend=SqliteHistory(path), writer=writer, status=f"recording to {path}", path=path)
+    runtime = HistoryRuntime(backend=SqliteHistory(path), writer=writer, status=f"recording to {path}", path=path)
+    runtime.start_query_workers()
+    return runtime
 
 
 def open_replay(path_text: str, live_samples: int) -> tuple[Store, HistoryRuntime]:
@@ -85,5 +119,6 @@ def open_replay(path_text: str, live_samples: int) -> tuple[Store, HistoryRuntim
         store.append(snapshot)
     store.add_events(recent_events(connection, DEFAULT_EVENT_CAPACITY))
     end = extent[1]
-    return store, HistoryRuntime(backend=history, status=f"replaying {path}", path=path, clock=lambda: end,
-                                 replay=True)
+    runtime = HistoryRuntime(backend=history, status=f"replaying {path}", path=path, clock=lambda: end, replay=True)
+    runtime.start_query_workers()
+    return store, runtime

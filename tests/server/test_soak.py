@@ -2,7 +2,8 @@
 
 After a warm-up the server's threads and open file descriptors stay where they were, and once the viewers close,
 Bokeh lets go of every session and websocket. (``benchmarks/viewers.py --soak`` runs the long version and
-prints the same numbers over time.)
+prints the same numbers over time.) The history's query threads and their read connections start with the server,
+so the count taken before the first viewer already holds them.
 """
 
 from __future__ import annotations
