@@ -63,8 +63,11 @@ def open_lab(page: Page, lab: JupyterLab, path: str = "lab") -> None:
 
 
 def open_sidebar(page: Page) -> Locator:
+    """Show the GPU Dashboards sidebar: a click on its tab, unless Lumino shows it already (a click would then
+    collapse it; its class says so even while a theme's stylesheet is being swapped and nothing has a size)."""
     sidebar = page.locator("#nvdash-sidebar")
-    if not sidebar.is_visible():
+    expect(sidebar).to_have_count(1)
+    if "lm-mod-hidden" in (sidebar.get_attribute("class") or "").split():
         page.locator('.jp-SideBar .lm-TabBar-tab[data-id="nvdash-sidebar"]').click()
     expect(sidebar).to_be_visible()
     return sidebar
