@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +40,11 @@ class HistoryRuntime:
     clock: Callable[[], float] = time.time
     replay: bool = False
 
+    @property
+    def connect(self) -> Callable[[], sqlite3.Connection] | None:
+        """The calling thread's read connection to the history file; ``None`` where no file is read."""
+        return self.backend.connection if isinstance(self.backend, SqliteHistory) else None
+
     def start_query_workers(self) -> None:
         """Start every query thread now, each opening its read connection, so that the server holds the same
         threads and descriptors from its first second instead of growing on the first pages that ask.
@@ -46,16 +52,16 @@ class HistoryRuntime:
         Each start waits at a barrier for the others: a pool hands a task to an idle thread before it starts a
         new one, and no thread is idle until all have started.
         """
-        if not isinstance(self.backend, SqliteHistory):
+        connect = self.connect
+        if connect is None:
             return
-        backend = self.backend
         barrier = threading.Barrier(QUERY_WORKERS)
 
         def start() -> None:
             try:
-                backend.connection()
+                connect()
             except Exception as error:  # a damaged file says so on its first query; this is only a warm-up
-                log.debug("history query thread could not open %s: %s", backend.path, error)
+                log.debug("history query thread could not open %s: %s", self.path, error)
             finally:
                 with contextlib.suppress(threading.BrokenBarrierError):
                     barrier.wait(WORKER_START_TIMEOUT_S)

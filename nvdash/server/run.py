@@ -17,7 +17,6 @@ from nvdash.accounting.report import AccountingBook
 from nvdash.cluster import open_cluster
 from nvdash.health.events import EventDetector
 from nvdash.history.database import HistoryError
-from nvdash.history.query import SqliteHistory
 from nvdash.metrics.counters import CountersError
 from nvdash.sampling.cgroups import pod_names_from_logs
 from nvdash.sampling.hardware import Hardware, open_hardware
@@ -90,8 +89,7 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
         fake_nvml_calls=getattr(fake, "total_calls", None),
         fake_nvml_call_counts=getattr(fake, "call_counts", None),
         history=history,
-        accounting=AccountingBook(accountant, history.backend.connection if isinstance(
-            history.backend, SqliteHistory) else None, clock=history.clock),
+        accounting=AccountingBook(accountant, history.connect, clock=history.clock),
     )
     return hardware, runtime
 
@@ -129,9 +127,8 @@ def start_runtime(settings: Settings) -> tuple[Hardware | None, Runtime]:
         store, history = open_replay(settings.replay, settings.live_samples)
     except HistoryError as error:
         raise StartupError(str(error)) from None
-    connection = history.backend.connection if isinstance(history.backend, SqliteHistory) else None
     runtime = Runtime(store=store, sampler=None, history=history, xid_status="replay: no live events",
-                      accounting=AccountingBook(connection=connection, clock=history.clock))
+                      accounting=AccountingBook(connection=history.connect, clock=history.clock))
     return None, _with_cluster(settings, _with_metrics(settings, runtime))
 
 
