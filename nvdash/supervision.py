@@ -145,7 +145,7 @@ class Supervisor:
                 began = self._mono()
                 try:
                     run()
-                except Exception as error:  # noqa: BLE001 - any death is logged, counted and restarted
+                except Exception as error:
                     self._died(watched, error)
                 else:
                     return
