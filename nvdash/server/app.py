@@ -54,6 +54,7 @@ from nvdash.server.usage_json import processes_json
 from nvdash.server.ws_batch import batch_websocket_writes
 from nvdash.settings import Settings
 from nvdash.store import Store
+from nvdash.supervision import Supervisor
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 UNIX_SOCKET_ORIGIN = "localhost"
@@ -86,6 +87,8 @@ class Runtime:
     """The cluster over Prometheus (``--prometheus``), else ``None``."""
     accounting: AccountingBook = field(default_factory=AccountingBook)
     """Where the accounting is read (the history's table, else the accountant's memory)."""
+    supervisor: Supervisor = field(default_factory=Supervisor)
+    """Runs and watches the background threads (their deaths and restarts are on ``/health``)."""
 
 
 def websocket_origins(settings: Settings, addresses: Callable[[], list[str]] = interface_addresses) -> list[str]:
@@ -196,6 +199,7 @@ def health(
         "timers": 0 if current is None else scheduled_timers(current.io_loop),
         "xid_events": runtime.xid_status,
         "events": runtime.store.event_seq,
+        "threads": runtime.supervisor.report(),
     }
     result.update(counts)
     return result

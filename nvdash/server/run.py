@@ -32,6 +32,7 @@ from nvdash.server.history_setup import open_history, open_replay
 from nvdash.server.metrics_handler import metrics_setup
 from nvdash.settings import Settings
 from nvdash.store import Store
+from nvdash.supervision import Supervisor
 
 POD_LOG_DIR = Path("/var/log/pods")
 """Where the kubelet keeps each pod's logs, in directories named ``<namespace>_<pod>_<uid>``."""
@@ -59,6 +60,7 @@ def _accountant(settings: Settings, inventory: Inventory) -> Accountant:
 
 
 def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
+    supervisor = Supervisor()
     try:
         hardware = open_hardware(settings.simulate, seed=settings.seed, faults=settings.faults)
     except ValueError as error:
@@ -90,6 +92,7 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
         fake_nvml_call_counts=getattr(fake, "call_counts", None),
         history=history,
         accounting=AccountingBook(accountant, history.connect, clock=history.clock),
+        supervisor=supervisor,
     )
     return hardware, runtime
 
