@@ -45,6 +45,7 @@ class Accountant:
         self._lock = threading.Lock()
         self._usage: Usage | None = None
         self._mapping: JobMapping | None = None
+        self._logged_refusals: set[tuple[str, str]] = set()
         self.shares: list[Share] = []
         """The owners of the latest reading."""
 
@@ -52,6 +53,10 @@ class Accountant:
         if self._mapping_dir is None or (usage is self._usage and self._mapping is not None):
             return
         self._mapping = self._read_mapping(self._mapping_dir)
+        for name, reason in self._mapping.refused.items():
+            if (name, reason) not in self._logged_refusals:
+                self._logged_refusals.add((name, reason))
+                log.warning("job-mapping directory %s: not reading %s: %s", self._mapping_dir, name, reason)
 
     def step(self, snapshot: Snapshot) -> list[Share]:
         """Count the interval ``snapshot`` closes; returns its shares."""
@@ -102,7 +107,8 @@ class Accountant:
 
     def status(self) -> dict[str, object]:
         """What ``/health`` reports: the job-mapping directory and whether it could be read, the jobs it names,
-        readings that could not be accounted, and the idle threshold."""
+        the files in it that were refused (name -> why), readings that could not be accounted, and the idle
+        threshold."""
         mapping = self._mapping
         jobs = sorted({job.job_id for jobs in (*mapping.by_index.values(), *mapping.by_uuid.values())
                        for job in jobs}) if mapping is not None else []
@@ -110,6 +116,7 @@ class Accountant:
             "job_mapping_dir": None if self._mapping_dir is None else str(self._mapping_dir),
             "job_mapping_readable": None if mapping is None else mapping.available,
             "mapped_jobs": jobs,
+            "job_mapping_refused": dict(mapping.refused) if mapping is not None else {},
             "failed_readings": self._failures,
             "idle_after_s": self._idle.after_s,
         }

@@ -53,8 +53,8 @@ def test_other_names_in_the_directory_are_ignored(tmp_path: Path) -> None:
     for name in (".0.swp", "0.tmp", "README", "gpu0", "-1", "٣"):  # the last: an Arabic-Indic digit
         (tmp_path / name).write_text("5\n")
     (tmp_path / "sub").mkdir()
-    (tmp_path / "4").mkdir()  # a directory named like a GPU: unreadable as a file
-    assert read_job_mapping(tmp_path) == JobMapping()
+    (tmp_path / "4").mkdir()  # a directory named like a GPU: not a file, said so
+    assert read_job_mapping(tmp_path) == JobMapping(refused={"4": "a directory"})
 
 
 def test_a_missing_directory_is_unavailable_not_an_error(tmp_path: Path) -> None:
