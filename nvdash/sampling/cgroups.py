@@ -9,9 +9,11 @@ Slurm (``slurm/uid_<uid>/job_<id>/`` on v1, ``slurmstepd.scope/job_<id>/`` on v2
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
+from nvdash.sampling.bounded_read import read_bounded_or_none
 from nvdash.sampling.usage_records import CgroupIdentity
 
 _RUNTIMES = {
@@ -36,6 +38,10 @@ _SLURM_V1_USER = re.compile(r"uid_\d+")
 _SLURM_V1_ROOT = re.compile(r"slurm(?:_.+)?")
 _PREFERRED_CONTROLLERS = ("memory", "cpu", "cpuacct", "name=systemd", "", "pids")
 """v1 lines tried first when several identify the process equally well; ``""`` is the v2 line."""
+CGROUP_MAX_BYTES = 64 * 1024
+"""``/proc/PID/cgroup`` has a line per hierarchy (a dozen on v1); more than this is not read."""
+MAX_POD_LOG_ENTRIES = 16_384
+"""Pod log directories looked at (a node runs a few hundred pods at most)."""
 
 
 def parse_cgroup(text: str) -> CgroupIdentity:
@@ -66,10 +72,10 @@ def parse_cgroup_path(path: str) -> CgroupIdentity:
 
 
 def read_cgroup(proc_root: Path, pid: int) -> CgroupIdentity:
-    """Parse ``proc_root/PID/cgroup``; ``CgroupIdentity()`` when the process is gone or the file unreadable."""
-    try:
-        data = (proc_root / str(pid) / "cgroup").read_bytes()
-    except (OSError, ValueError):
+    """Parse ``proc_root/PID/cgroup``; ``CgroupIdentity()`` when the process is gone or the file unreadable
+    (or not a regular file: it is read with bounds, see :mod:`nvdash.sampling.bounded_read`)."""
+    data = read_bounded_or_none(proc_root / str(pid) / "cgroup", CGROUP_MAX_BYTES)
+    if data is None:
         return CgroupIdentity()
     return parse_cgroup(data.decode("utf-8", errors="replace"))
 
@@ -81,18 +87,20 @@ def pod_names_from_logs(log_root: Path = Path("/var/log/pods")) -> dict[str, tup
     in ``pkg/kubelet/kuberuntime/helpers.go``, joined with ``logPathDelimiter = "_"``; Kubernetes 1.14 and
     later, before that the directory was the bare UID). Namespaces and pod names are DNS names, which never
     contain ``_``, so the split is unambiguous. This names pods found in cgroup paths without asking the API
-    server.
+    server. Only directories count (links are not followed), and at most :data:`MAX_POD_LOG_ENTRIES` are looked at.
     """
     names: dict[str, tuple[str, str]] = {}
     try:
-        entries = list(log_root.iterdir())
+        with os.scandir(log_root) as entries:
+            for count, entry in enumerate(entries):
+                if count == MAX_POD_LOG_ENTRIES:
+                    break
+                fields = entry.name.split("_")
+                if len(fields) == 3 and all(fields) and _is_dir(entry):
+                    namespace, pod, uid = fields
+                    names[uid] = (namespace, pod)
     except OSError:
         return names
-    for entry in entries:
-        fields = entry.name.split("_")
-        if len(fields) == 3 and all(fields) and _is_dir(entry):
-            namespace, pod, uid = fields
-            names[uid] = (namespace, pod)
     return names
 
 
@@ -178,8 +186,8 @@ def _preference(controllers: str) -> int:
     return min(ranks, default=len(_PREFERRED_CONTROLLERS))
 
 
-def _is_dir(path: Path) -> bool:
+def _is_dir(entry: os.DirEntry[str]) -> bool:
     try:
-        return path.is_dir()
+        return entry.is_dir(follow_symlinks=False)
     except OSError:
         return False

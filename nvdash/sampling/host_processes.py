@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from nvdash.sampling.bounded_read import read_bounded_or_none
 from nvdash.sampling.cgroups import read_cgroup
 from nvdash.sampling.usage_records import CgroupIdentity, HostProcess
 
@@ -159,17 +160,8 @@ class HostProcessTable:
         )
 
     def _read_stat(self, pid: int) -> _Stat | None:
-        """The process's CPU time, start time, RSS and name; ``None`` once it is gone (one read: it is small)."""
-        try:
-            fd = os.open(f"{self._root}/{pid}/stat", os.O_RDONLY)
-        except OSError:
-            return None
-        try:
-            return _parse_stat(os.read(fd, _SMALL_FILE_BYTES))
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
+        """The process's CPU time, start time, RSS and name; ``None`` once it is gone."""
+        return _parse_stat(_read_file(f"{self._root}/{pid}/stat"))
 
     def _read(self, pid: int, name: str, limit: int = _SMALL_FILE_BYTES) -> bytes | None:
         """One ``/proc/PID/<name>`` file, or ``None`` when the process is gone or the file unreadable."""
@@ -193,25 +185,9 @@ class HostProcessTable:
 
 
 def _read_file(path: str | Path, limit: int = _SMALL_FILE_BYTES) -> bytes | None:
-    """Up to ``limit`` bytes of a file, or ``None`` when it cannot be read."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        chunks = []
-        size = 0
-        while size < limit:
-            chunk = os.read(fd, limit - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    """Up to ``limit`` bytes of a regular file (never a FIFO, a device or a link: see
+    :mod:`nvdash.sampling.bounded_read`), or ``None`` when it cannot be read."""
+    return read_bounded_or_none(path, limit)
 
 
 def _parse_stat(data: bytes | None) -> _Stat | None:

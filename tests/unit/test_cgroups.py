@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,26 @@ def test_pod_names_without_a_log_directory(tmp_path: Path) -> None:
     assert pod_names_from_logs(tmp_path / "missing") == {}
     (tmp_path / "file").write_text("")
     assert pod_names_from_logs(tmp_path / "file") == {}
+
+
+def test_read_cgroup_refuses_a_fifo_and_a_link_without_blocking(tmp_path: Path) -> None:
+    (tmp_path / "7").mkdir()
+    os.mkfifo(tmp_path / "7" / "cgroup")
+    (tmp_path / "8").mkdir()
+    (tmp_path / "8" / "cgroup").symlink_to("/dev/zero")
+    found: list[CgroupIdentity] = []
+    thread = threading.Thread(target=lambda: found.extend(read_cgroup(tmp_path, pid) for pid in (7, 8)), daemon=True)
+    thread.start()
+    thread.join(30.0)
+    assert found == [NONE, NONE]
+
+
+def test_pod_names_follow_no_links(tmp_path: Path) -> None:
+    real = tmp_path / "elsewhere"
+    real.mkdir()
+    logs = tmp_path / "pods"
+    logs.mkdir()
+    (logs / "ml-team_trainer-0_07c957d9-b028-49f9-8950-907baa0621ba").mkdir()
+    (logs / "evil_linked_81e09ae0-12ec-4ec5-94b8-51cda7906370").symlink_to(real)
+    os.mkfifo(logs / "evil_fifo_33d556edd3ae8ef21980288cef77ae8b")
+    assert pod_names_from_logs(logs) == {"07c957d9-b028-49f9-8950-907baa0621ba": ("ml-team", "trainer-0")}

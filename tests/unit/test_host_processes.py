@@ -8,6 +8,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -329,3 +330,24 @@ def _nspid_fields() -> list[str]:
         if line.startswith("NSpid:"):
             return line.split()[1:]
     return []
+
+
+def test_hostile_proc_entries_are_skipped_without_blocking(proc: Path) -> None:
+    """A FIFO or a link to /dev/zero where /proc has a file (a test root, a bind mount): skipped, never waited on."""
+    _fake_process(proc, 42, start_ticks=100, comm="trainer")
+    for name in ("cmdline", "cgroup"):
+        (proc / "42" / name).unlink()
+        os.mkfifo(proc / "42" / name)
+    (proc / "42" / "status").unlink()
+    (proc / "42" / "status").symlink_to("/dev/zero")
+    _fake_process(proc, 43, start_ticks=100)
+    (proc / "43" / "stat").unlink()
+    os.mkfifo(proc / "43" / "stat")
+    found: list[dict[int, HostProcess]] = []
+    thread = threading.Thread(target=lambda: found.append(HostProcessTable(proc).lookup([42, 43])), daemon=True)
+    thread.start()
+    thread.join(DEADLINE_S)
+    assert found, "the lookup blocked on a FIFO"
+    assert list(found[0]) == [42]
+    process = found[0][42]
+    assert (process.command, process.user, process.cgroup) == ("trainer", None, CgroupIdentity())
