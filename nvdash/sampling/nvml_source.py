@@ -26,6 +26,7 @@ from nvdash.sampling.records import GpuEvent, GpuInfo, GpuSample
 from nvdash.sampling.topology import TopologyReader
 from nvdash.sampling.usage_records import GpuUsage
 from nvdash.sampling.xid_watcher import XidWatcher
+from nvdash.supervision import Supervisor
 
 __all__ = ["PCIE_LANE_BYTES_PER_S", "NvmlSource", "NvmlUnavailable", "install_library", "load_nvml"]
 
@@ -156,13 +157,13 @@ class NvmlSource:
             device.lost = True
         return device
 
-    def watch_xids(self, on_event: Callable[[GpuEvent], None]) -> str | None:
-        """Start the XID event thread; returns why XIDs cannot be watched, or ``None`` when they are."""
+    def watch_xids(self, on_event: Callable[[GpuEvent], None], supervisor: Supervisor | None = None) -> str | None:
+        """Start the XID event thread (under ``supervisor``); returns why XIDs cannot be watched, or ``None``."""
         if not self._opened or not self._devices:
             return "no GPU"
         if self._xid is not None:
             return self._xid.unavailable_reason
-        self._xid = XidWatcher(self._caller, self._devices, on_event)
+        self._xid = XidWatcher(self._caller, self._devices, on_event, supervisor=supervisor)
         if not self._xid.start():
             return self._xid.unavailable_reason
         return None

@@ -2,6 +2,11 @@
 
 ``nvmlEventSetWait_v2`` blocks for up to its timeout, so it gets a thread of its own: never the event loop,
 never the sampler. Waiting costs no polling: one call per timeout (or per event).
+
+A driver whose wait does not block (it fails, or answers "timeout" long before the timeout passed) would turn that
+loop into a spin at full CPU: such a wait counts as a failure, and failures back off, doubling from
+:data:`FIRST_BACKOFF_S` to :data:`MAX_BACKOFF_S` (elapsed time is measured on the monotonic clock). The loop runs
+under a :class:`~nvdash.supervision.Supervisor` and beats after each round.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 
 from nvdash.sampling.nvml_device import Device, NvmlCaller
 from nvdash.sampling.records import GpuEvent
+from nvdash.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +29,16 @@ EVENT_TYPE_XID_CRITICAL = 0x8
 """``nvmlEventTypeXidCriticalError``."""
 WAIT_TIMEOUT_MS = 500
 NO_INSTANCE = 0xFFFFFFFF
+FIRST_BACKOFF_S = 0.1
+MAX_BACKOFF_S = 5.0
+EARLY_FRACTION = 0.5
+"""A timeout that came before this share of the wait's timeout had passed is a wait that did not block."""
+THREAD_NAME = "nvdash-xid"
+
+
+def backoff_s(failures: int) -> float:
+    """The pause after ``failures`` failed waits in a row (1 or more): doubling, capped."""
+    return float(min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2.0 ** min(failures - 1, 32)))
 
 
 class XidWatcher:
@@ -35,7 +51,13 @@ class XidWatcher:
         on_event: Callable[[GpuEvent], None],
         wall_clock: Callable[[], float] = time.time,
         timeout_ms: int = WAIT_TIMEOUT_MS,
+        *,
+        supervisor: Supervisor | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        pause: Callable[[float], bool] | None = None,
     ) -> None:
+        """``pause(seconds)`` waits between failed waits and returns True when the watcher is to stop (default:
+        waiting on the stop event); ``monotonic`` measures how long each wait took."""
         self._caller = caller
         self._nvml: ModuleType = caller.nvml
         self._devices = list(devices)
@@ -43,6 +65,11 @@ class XidWatcher:
         self._wall_clock = wall_clock
         self._timeout_ms = timeout_ms
         self._stop = threading.Event()
+        self._supervisor = supervisor if supervisor is not None else Supervisor()
+        self._monotonic = monotonic
+        self._pause = pause if pause is not None else self._stop.wait
+        self._failures = 0
+        self._early_logged = False
         self._thread: threading.Thread | None = None
         self._event_set: Any = None
         self._registered: list[int] = []
@@ -75,8 +102,8 @@ class XidWatcher:
             self.unavailable_reason = "no GPU here reports XID events"
             self._free()
             return False
-        self._thread = threading.Thread(target=self._run, name="nvdash-xid", daemon=True)
-        self._thread.start()
+        expect_every_s = max(self._timeout_ms / 1000, MAX_BACKOFF_S)
+        self._thread = self._supervisor.spawn(THREAD_NAME, self._run, self._stop, expect_every_s=expect_every_s)
         return True
 
     def stop(self, timeout_s: float = 2.0) -> None:
@@ -113,28 +140,44 @@ class XidWatcher:
         return None
 
     def _run(self) -> None:
-        nvml = self._nvml
-        failures = 0
         while not self._stop.is_set():
             event_set = self._event_set
             if event_set is None:
                 return
-            try:
-                data = self._caller.call(nvml.nvmlEventSetWait_v2, event_set, self._timeout_ms)
-            except nvml.NVMLError_Timeout:
-                failures = 0
-                continue
-            except nvml.NVMLError as error:
-                failures += 1
-                if failures == 1:
-                    log.warning("waiting for XID events failed: %s", error)
-                if self._stop.wait(min(5.0, 0.1 * failures)):
+            data = self._wait(event_set)
+            self._supervisor.beat(THREAD_NAME)
+            if data is None:
+                if self._failures and self._pause(backoff_s(self._failures)):
                     return
                 continue
-            failures = 0
             if self._stop.is_set():
                 return
             self._deliver(data)
+
+    def _wait(self, event_set: Any) -> Any:
+        """One wait: the event, or ``None`` after a timeout or a failure (counted in ``_failures``)."""
+        nvml = self._nvml
+        began = self._monotonic()
+        try:
+            data = self._caller.call(nvml.nvmlEventSetWait_v2, event_set, self._timeout_ms)
+        except nvml.NVMLError_Timeout:
+            elapsed_s = self._monotonic() - began
+            if elapsed_s >= EARLY_FRACTION * self._timeout_ms / 1000:
+                self._failures = 0
+                return None
+            self._failures += 1
+            if not self._early_logged:
+                self._early_logged = True
+                log.warning("NVML's XID event wait returned after %.0f ms of its %d ms timeout: backing off up to "
+                            "%g s between waits", elapsed_s * 1000, self._timeout_ms, MAX_BACKOFF_S)
+            return None
+        except nvml.NVMLError as error:
+            self._failures += 1
+            if self._failures == 1:
+                log.warning("waiting for XID events failed: %s", error)
+            return None
+        self._failures = 0
+        return data
 
     def _deliver(self, data: Any) -> None:
         if int(data.eventType) & EVENT_TYPE_XID_CRITICAL == 0:

@@ -202,7 +202,7 @@ def serve(settings: Settings) -> int:
             def record(event: GpuEvent) -> None:
                 store.add_events([event])
 
-            runtime.xid_status = hardware.gpus.watch_xids(record) or "watching"
+            runtime.xid_status = hardware.gpus.watch_xids(record, runtime.supervisor) or "watching"
         server.start()
         runtime.loop_monitor.start(server.io_loop)
         runtime.viewers.start(server, settings.viewer_stall_timeout_s)

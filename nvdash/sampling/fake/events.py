@@ -71,6 +71,9 @@ class EventHub:
         self._next_seq = 0
         self._horizon = 0.0
         self._sets: dict[int, _EventSet] = {}
+        self.blocking = True
+        """False: a wait with nothing due answers ``NVML_ERROR_TIMEOUT`` at once (a driver whose wait does not
+        block, as some do under virtualisation), rather than sleeping for its timeout."""
 
     # Locked helpers
 
@@ -138,7 +141,7 @@ class EventHub:
                 if event_set.queue and event_set.queue[0][0] <= now:
                     return heapq.heappop(event_set.queue)[2]
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or not self.blocking:
                     return c.NVML_ERROR_TIMEOUT
                 sleep = min(remaining, _LOOKAHEAD_S / 2 if self._poll_s is None else self._poll_s)
                 if event_set.queue:

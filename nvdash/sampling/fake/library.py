@@ -124,6 +124,11 @@ class FakeNvmlLibrary:
         function = check_function(function, self._specs)
         self._add(Fault("slow", function=function, seconds=seconds, device=self._device(device)))
 
+    def event_wait_returns_at_once(self, at_once: bool = True) -> None:
+        """Make ``nvmlEventSetWait_v2`` answer NVML_ERROR_TIMEOUT at once when no event is due (a driver whose
+        wait does not block); ``False`` restores the documented blocking wait."""
+        self._driver.events.blocking = not at_once
+
     def apply_faults(self, spec: str) -> None:
         """Apply a compact fault spec (see ``faults.parse_faults``); items with ``@T`` wait until T s after start."""
         faults = parse_faults(spec, self._specs, self.profile.gpu_count)
