@@ -20,6 +20,8 @@ from nvdash.accounting.ledger import DEFAULT_MAX_GAP_S, Key, Ledger, Tally, hour
 from nvdash.sampling.job_mapping import JobMapping, read_job_mapping
 from nvdash.sampling.records import GpuEvent, Snapshot
 from nvdash.sampling.usage_records import Usage
+from nvdash.sampling.user_names import NameResolver
+from nvdash.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 DEFAULT_ACCOUNTING_RETENTION_S = 365 * 86_400.0
@@ -32,11 +34,14 @@ class Accountant:
     def __init__(self, uuids: dict[int, str], *, job_mapping_dir: Path | None = None,
                  names: Names | None = None, max_gap_s: float = DEFAULT_MAX_GAP_S,
                  idle_after_s: float = DEFAULT_IDLE_AFTER_S, retention_s: float = DEFAULT_ACCOUNTING_RETENTION_S,
-                 read_mapping: Callable[[Path], JobMapping] = read_job_mapping) -> None:
+                 read_mapping: Callable[[Path], JobMapping] = read_job_mapping,
+                 supervisor: Supervisor | None = None) -> None:
+        """``names`` (default: a :class:`NameResolver` under ``supervisor``) must answer without blocking: the
+        accountant runs on the sampler's thread."""
         self._uuids = dict(uuids)
         self._mapping_dir = job_mapping_dir
         self._read_mapping = read_mapping
-        self._names = names
+        self._names: Names = names if names is not None else NameResolver(supervisor=supervisor)
         self._ledger = Ledger(max_gap_s=max_gap_s)
         self._idle = IdleTracker(idle_after_s)
         self.retention_s = retention_s

@@ -16,8 +16,6 @@ namespace, else the user's primary group.
 
 from __future__ import annotations
 
-import grp
-import pwd
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ from typing import Protocol
 from nvdash.sampling.job_mapping import JobMapping, MappedJob
 from nvdash.sampling.records import GpuSample
 from nvdash.sampling.usage_records import GpuProcess, GpuUsage, MigInstance, Usage
+from nvdash.sampling.user_names import system_group_of, system_user
 
 MIG_COMPUTE_SLICES = 7
 """Compute slices of a MIG-capable GPU (A100, H100): ``7g`` is the whole GPU."""
@@ -83,25 +82,20 @@ class Names(Protocol):
 
 
 class SystemNames:
-    """Names from the password and group databases, each looked up once."""
+    """Names from the password and group databases, each looked up once, on the caller's thread (it may wait for
+    NSS: offline reports only; a server's accountant uses a :class:`~nvdash.sampling.user_names.NameResolver`)."""
 
     @staticmethod
     @lru_cache(maxsize=4096)
     def user(uid: int) -> str | None:
         """The name of ``uid``, or ``None`` when the system has none."""
-        try:
-            return pwd.getpwuid(uid).pw_name
-        except (KeyError, OverflowError):
-            return None
+        return system_user(uid)
 
     @staticmethod
     @lru_cache(maxsize=4096)
     def group_of(user: str) -> str | None:
         """The name of ``user``'s primary group, or ``None``."""
-        try:
-            return grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name
-        except (KeyError, OverflowError):
-            return None
+        return system_group_of(user)
 
 
 @dataclass(frozen=True, slots=True)

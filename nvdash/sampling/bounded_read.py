@@ -34,14 +34,15 @@ def _kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def read_bounded(path: str | Path, max_bytes: int, *, truncate: bool = False) -> bytes:
-    """Up to ``max_bytes`` of the regular file ``path`` (not a link to one).
+def read_bounded(path: str | Path, max_bytes: int, *, truncate: bool = False, follow_links: bool = False) -> bytes:
+    """Up to ``max_bytes`` of the regular file ``path`` (not a link to one, unless ``follow_links``: a test's
+    stand-in for ``/proc`` links to the real one; what the link leads to must still be a regular file).
 
     A longer file raises :class:`Refused`, or with ``truncate`` gives its first ``max_bytes``. A file that is not
     there (or vanished) raises ``FileNotFoundError`` and other failures their ``OSError``, as ``open`` would.
     """
     try:
-        fd = os.open(path, _FLAGS)
+        fd = os.open(path, _FLAGS & ~os.O_NOFOLLOW if follow_links else _FLAGS)
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise Refused(path, "a symbolic link (not followed)") from None
@@ -68,9 +69,10 @@ def read_bounded(path: str | Path, max_bytes: int, *, truncate: bool = False) ->
     return data
 
 
-def read_bounded_or_none(path: str | Path, max_bytes: int, *, truncate: bool = True) -> bytes | None:
+def read_bounded_or_none(path: str | Path, max_bytes: int, *, truncate: bool = True,
+                         follow_links: bool = False) -> bytes | None:
     """:func:`read_bounded`, with ``None`` for a file that is gone, unreadable or refused (``/proc`` reads)."""
     try:
-        return read_bounded(path, max_bytes, truncate=truncate)
+        return read_bounded(path, max_bytes, truncate=truncate, follow_links=follow_links)
     except OSError:
         return None

@@ -71,10 +71,10 @@ def parse_cgroup_path(path: str) -> CgroupIdentity:
     )
 
 
-def read_cgroup(proc_root: Path, pid: int) -> CgroupIdentity:
+def read_cgroup(proc_root: Path, pid: int, *, follow_links: bool = False) -> CgroupIdentity:
     """Parse ``proc_root/PID/cgroup``; ``CgroupIdentity()`` when the process is gone or the file unreadable
     (or not a regular file: it is read with bounds, see :mod:`nvdash.sampling.bounded_read`)."""
-    data = read_bounded_or_none(proc_root / str(pid) / "cgroup", CGROUP_MAX_BYTES)
+    data = read_bounded_or_none(proc_root / str(pid) / "cgroup", CGROUP_MAX_BYTES, follow_links=follow_links)
     if data is None:
         return CgroupIdentity()
     return parse_cgroup(data.decode("utf-8", errors="replace"))

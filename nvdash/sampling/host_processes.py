@@ -10,7 +10,6 @@ It reads ``/proc`` directly rather than through psutil: a warm lookup costs one 
 from __future__ import annotations
 
 import os
-import pwd
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import NamedTuple
 from nvdash.sampling.bounded_read import read_bounded_or_none
 from nvdash.sampling.cgroups import read_cgroup
 from nvdash.sampling.usage_records import CgroupIdentity, HostProcess
+from nvdash.sampling.user_names import NameResolver
 
 _SMALL_FILE_BYTES = 4096
 _CMDLINE_MAX_BYTES = 1 << 16
@@ -43,7 +43,7 @@ class _Known:
 
     start_ticks: int
     name: bytes
-    user: str | None
+    uid: int | None
     command: str
     started_s: float | None
     cgroup: CgroupIdentity
@@ -56,17 +56,22 @@ class HostProcessTable:
 
     User, command line, start time and cgroup are read once per (PID, start time); they are read again when
     the process's name changes (an ``exec``), since a process seen between ``fork`` and ``exec`` still
-    shows its parent's.
+    shows its parent's. User names come from ``names`` (looked up off this thread): ``uid 1234`` until resolved,
+    and for a UID the system cannot name. Files are read with bounds (:mod:`nvdash.sampling.bounded_read`): links
+    are not followed (``/proc`` has none where nvdash reads) unless ``follow_links`` (a test's stand-in for
+    ``/proc`` that links to the real one).
     """
 
-    def __init__(self, proc_root: Path = Path("/proc"), clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, proc_root: Path = Path("/proc"), clock: Callable[[], float] = time.monotonic,
+                 names: NameResolver | None = None, *, follow_links: bool = False) -> None:
         self._proc_root = proc_root
+        self._follow_links = follow_links
+        self._names = names if names is not None else NameResolver()
         self._root = str(proc_root)
         self._clock = clock
         self._ticks_per_s = float(os.sysconf("SC_CLK_TCK"))
         self._page_bytes = int(os.sysconf("SC_PAGE_SIZE"))
         self._boot_s: float | None = None
-        self._users: dict[int, str] = {}
         self._known: dict[int, _Known] = {}
         self._host_pids: bool | None = None
 
@@ -79,7 +84,7 @@ class HostProcessTable:
         initial namespace); without that line (old kernels, test roots) the PIDs are taken as host PIDs.
         """
         if self._host_pids is None:
-            status = _read_file(self._proc_root / "self" / "status") or b""
+            status = self._read_path(self._proc_root / "self" / "status") or b""
             for line in status.splitlines():
                 if line.startswith(b"NSpid:"):
                     self._host_pids = len(line.split()) <= 2
@@ -117,7 +122,7 @@ class HostProcessTable:
             known[pid] = entry
             found[pid] = HostProcess(
                 pid=pid,
-                user=entry.user,
+                user=None if entry.uid is None else self._user_name(entry.uid),
                 command=entry.command,
                 cpu_pct=cpu_pct,
                 rss_bytes=stat.rss_pages * self._page_bytes,
@@ -143,7 +148,7 @@ class HostProcessTable:
         """Read what stays fixed for the process's life; ``None`` if the PID changed hands meanwhile."""
         uid = _real_uid(self._read(pid, "status"))
         argv = self._read(pid, "cmdline", _CMDLINE_MAX_BYTES)
-        cgroup = read_cgroup(self._proc_root, pid)
+        cgroup = read_cgroup(self._proc_root, pid, follow_links=self._follow_links)
         again = self._read_stat(pid)
         if again is None or again.start_ticks != stat.start_ticks:
             return None
@@ -151,7 +156,7 @@ class HostProcessTable:
         return _Known(
             start_ticks=stat.start_ticks,
             name=again.name,
-            user=None if uid is None else self._user_name(uid),
+            uid=uid,
             command=_command(argv) or again.name.decode("utf-8", errors="replace"),
             started_s=None if boot_s is None else boot_s + stat.start_ticks / self._ticks_per_s,
             cgroup=cgroup,
@@ -161,33 +166,25 @@ class HostProcessTable:
 
     def _read_stat(self, pid: int) -> _Stat | None:
         """The process's CPU time, start time, RSS and name; ``None`` once it is gone."""
-        return _parse_stat(_read_file(f"{self._root}/{pid}/stat"))
+        return _parse_stat(self._read_path(f"{self._root}/{pid}/stat"))
 
     def _read(self, pid: int, name: str, limit: int = _SMALL_FILE_BYTES) -> bytes | None:
         """One ``/proc/PID/<name>`` file, or ``None`` when the process is gone or the file unreadable."""
-        return _read_file(f"{self._root}/{pid}/{name}", limit)
+        return self._read_path(f"{self._root}/{pid}/{name}", limit)
+
+    def _read_path(self, path: str | Path, limit: int = _SMALL_FILE_BYTES) -> bytes | None:
+        """Up to ``limit`` bytes of a regular file, or ``None`` when it cannot be read (or is refused)."""
+        return read_bounded_or_none(path, limit, follow_links=self._follow_links)
 
     def _boot_time_s(self) -> float | None:
         """Boot time (epoch seconds) from ``btime`` in ``proc_root/stat``, as ``ps`` and psutil take it."""
         if self._boot_s is None:
-            self._boot_s = _btime(_read_file(self._proc_root / "stat"))
+            self._boot_s = _btime(self._read_path(self._proc_root / "stat"))
         return self._boot_s
 
     def _user_name(self, uid: int) -> str:
-        name = self._users.get(uid)
-        if name is None:
-            try:
-                name = pwd.getpwuid(uid).pw_name
-            except KeyError:
-                name = str(uid)
-            self._users[uid] = name
-        return name
-
-
-def _read_file(path: str | Path, limit: int = _SMALL_FILE_BYTES) -> bytes | None:
-    """Up to ``limit`` bytes of a regular file (never a FIFO, a device or a link: see
-    :mod:`nvdash.sampling.bounded_read`), or ``None`` when it cannot be read."""
-    return read_bounded_or_none(path, limit)
+        """The user's name once the resolver has it; ``uid 1234`` meanwhile or when the system has none."""
+        return self._names.user(uid) or f"uid {uid}"
 
 
 def _parse_stat(data: bytes | None) -> _Stat | None:

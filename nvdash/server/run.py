@@ -25,6 +25,7 @@ from nvdash.sampling.kubelet import PodResourcesClient, PodResourcesWatcher
 from nvdash.sampling.records import GpuEvent, Inventory
 from nvdash.sampling.sampler import Sampler
 from nvdash.sampling.usage import UsageCollector
+from nvdash.sampling.user_names import NameResolver
 from nvdash.server import gc_policy
 from nvdash.server.access import dashboard_token, is_loopback, start_url
 from nvdash.server.app import WILDCARD_HOSTS, Runtime, make_server
@@ -42,21 +43,23 @@ class StartupError(Exception):
     """The server could not start; the message is one line for the user."""
 
 
-def _usage_collector(settings: Settings, hardware: Hardware) -> UsageCollector | None:
+def _usage_collector(settings: Settings, hardware: Hardware, supervisor: Supervisor,
+                     names: NameResolver) -> UsageCollector | None:
     """The process/pod/MIG collector (its kubelet watcher started), or ``None`` when turned off."""
     if settings.process_interval_s <= 0:
         return None
-    watcher = PodResourcesWatcher(PodResourcesClient(settings.kubelet_socket))
+    watcher = PodResourcesWatcher(PodResourcesClient(settings.kubelet_socket), supervisor=supervisor)
     watcher.start()
     hardware.on_close(watcher.stop)
-    return UsageCollector(hardware.gpus, HostProcessTable(), watcher, lambda: pod_names_from_logs(POD_LOG_DIR))
+    return UsageCollector(hardware.gpus, HostProcessTable(names=names), watcher,
+                          lambda: pod_names_from_logs(POD_LOG_DIR))
 
 
-def _accountant(settings: Settings, inventory: Inventory) -> Accountant:
+def _accountant(settings: Settings, inventory: Inventory, names: NameResolver) -> Accountant:
     """The accountant of the GPUs found, following the job-mapping directory when one was given."""
     return Accountant({gpu.index: gpu.uuid for gpu in inventory.gpus},
                       job_mapping_dir=Path(settings.job_mapping_dir) if settings.job_mapping_dir else None,
-                      idle_after_s=settings.idle_after_s, retention_s=settings.accounting_retention_s)
+                      idle_after_s=settings.idle_after_s, retention_s=settings.accounting_retention_s, names=names)
 
 
 def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
@@ -66,7 +69,9 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
     except ValueError as error:
         raise StartupError(str(error)) from None
     store = Store(hardware.inventory, capacity=settings.live_samples)
-    accountant = _accountant(settings, hardware.inventory)
+    names = NameResolver(supervisor=supervisor)
+    hardware.on_close(names.stop)
+    accountant = _accountant(settings, hardware.inventory, names)
     store.add_listener(accountant)
     try:
         history = open_history(settings, store, accountant)
@@ -79,7 +84,7 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
         hardware.gpus,
         interval_s=settings.interval_s,
         derive_events=EventDetector(hardware.inventory),
-        usage=_usage_collector(settings, hardware),
+        usage=_usage_collector(settings, hardware, supervisor, names),
         usage_interval_s=settings.process_interval_s,
     )
     gpus = hardware.gpus

@@ -83,7 +83,7 @@ def test_jobs_are_charged_what_the_gpus_readings_add_up_to(
     (mapping / "0").write_text(f"9001 {UNNAMED_UID}\n")  # by index, with the job's user
     (mapping / uuids[1]).write_text("9002\n")  # by UUID
     fake.add_process(7, child.pid, memory_mib=300)  # a real process on GPU 7, in Slurm job 9003's cgroup
-    host = HostProcessTable(proc_root_with_cgroup(tmp_path / "proc", child.pid, SLURM_V2))
+    host = HostProcessTable(proc_root_with_cgroup(tmp_path / "proc", child.pid, SLURM_V2), follow_links=True)
 
     store = Store(inventory, capacity=10_000)
     accountant = Accountant(uuids, job_mapping_dir=mapping, idle_after_s=3600.0)

@@ -11,6 +11,7 @@ from typing import Any
 from tests.conftest import nvdash_server, wait_for
 from tests.server.proc_stats import proc_stats
 
+SUPERVISED = ("nvdash-xid", "nvdash-kubelet", "nvdash-names")
 ARGS = ("--simulate", "dgx-h100", "--interval", "0.25", "--process-interval", "0.25", "--no-history")
 
 
@@ -41,6 +42,10 @@ def test_a_fifo_in_the_mapping_directory_neither_blocks_the_sampler_nor_hides_th
         assert status["job_mapping_refused"] == {"0": "a FIFO"}
         _keeps_sweeping(server)
         assert "not reading 0: a FIFO" in server.output()
+        # The XID waiter, the kubelet watcher and the name resolver (asked for UID 1000) run supervised.
+        threads = wait_for(lambda: server.health()["threads"],
+                           lambda t: all(t.get(name, {}).get("last_beat_at") for name in SUPERVISED))
+        assert all(threads[name]["running"] and threads[name]["deaths"] == 0 for name in SUPERVISED), threads
 
 
 def test_links_out_of_the_directory_and_a_huge_file_are_refused_and_memory_stays_bounded(tmp_path: Path) -> None:

@@ -99,3 +99,15 @@ def test_proc_files_are_regular_and_read_up_to_their_cap() -> None:
     assert f"Pid:\t{os.getpid()}".encode() in status
     cmdline = read_bounded(f"/proc/{os.getpid()}/cmdline", 8, truncate=True)
     assert len(cmdline) == 8
+
+
+def test_following_links_still_refuses_what_they_lead_to_unless_it_is_a_regular_file(tmp_path: Path) -> None:
+    (tmp_path / "real").write_text("0::/\n")
+    os.mkfifo(tmp_path / "fifo")
+    for name, target in (("file", tmp_path / "real"), ("zero", Path("/dev/zero")), ("pipe", tmp_path / "fifo")):
+        (tmp_path / name).symlink_to(target)
+    assert read_bounded(tmp_path / "file", 64, follow_links=True) == b"0::/\n"
+    with pytest.raises(Refused, match="a character device"):
+        read_bounded(tmp_path / "zero", 64, follow_links=True)
+    with pytest.raises(Refused, match="a FIFO"):
+        read_bounded(tmp_path / "pipe", 64, follow_links=True)

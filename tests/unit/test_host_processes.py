@@ -18,6 +18,7 @@ import pytest
 from nvdash.sampling.cgroups import parse_cgroup
 from nvdash.sampling.host_processes import HostProcessTable
 from nvdash.sampling.usage_records import CgroupIdentity, HostProcess
+from nvdash.sampling.user_names import NameResolver
 from tests.conftest import wait_for
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -70,10 +71,13 @@ def test_real_child_user_command_memory_and_start_time(
     child = spawn(["sleep", "3600.25"])
     after = time.time()
     # Right after exec the kernel may report no resident pages yet; wait (with a deadline) until it has some.
-    process = wait_for(lambda: HostProcessTable().lookup([child.pid])[child.pid],
-                       lambda found: found.rss_bytes is not None and found.rss_bytes > 0, timeout_s=10.0)
+    # The user's name is looked up off this thread: "uid N" until it is resolved.
+    names = NameResolver()
+    me = pwd.getpwuid(os.getuid()).pw_name
+    process = wait_for(lambda: HostProcessTable(names=names).lookup([child.pid])[child.pid],
+                       lambda found: found.rss_bytes is not None and found.rss_bytes > 0 and found.user == me,
+                       timeout_s=10.0)
     assert process.pid == child.pid
-    assert process.user == pwd.getpwuid(os.getuid()).pw_name
     assert process.command == "sleep 3600.25"
     assert process.rss_bytes is not None
     assert process.rss_bytes > 0
@@ -169,6 +173,14 @@ def _fake_process(
     (directory / "cgroup").write_text(cgroup)
 
 
+def _resolved(uid: int) -> NameResolver:
+    """A resolver that has already looked ``uid`` up."""
+    names = NameResolver()
+    names.user(uid)
+    wait_for(names.pending, lambda pending: pending == 0)
+    return names
+
+
 @pytest.fixture
 def proc(tmp_path: Path) -> Path:
     (tmp_path / "stat").write_text(f"cpu  1 2 3 4 5 6 7 0 0 0\nintr 0\nctxt 12\nbtime {BOOT_S}\nprocesses 9\n")
@@ -178,7 +190,7 @@ def proc(tmp_path: Path) -> Path:
 def test_fake_process_values(proc: Path) -> None:
     _fake_process(proc, 4242, start_ticks=50 * TICKS_PER_S, utime=40, stime=10, rss_pages=1000)
     clock = FakeClock()
-    table = HostProcessTable(proc, clock)
+    table = HostProcessTable(proc, clock, _resolved(os.getuid()))
     first = table.lookup([4242])[4242]
     assert first == HostProcess(
         pid=4242,
@@ -213,7 +225,29 @@ def test_name_stands_in_for_an_empty_command_line(proc: Path) -> None:
 
 def test_unknown_uid_reads_as_its_number(proc: Path) -> None:
     _fake_process(proc, 3, start_ticks=1, uid=3_999_999_999)
-    assert HostProcessTable(proc).lookup([3])[3].user == "3999999999"
+    names = NameResolver()
+    table = HostProcessTable(proc, names=names)
+    assert table.lookup([3])[3].user == "uid 3999999999"
+    wait_for(names.pending, lambda pending: pending == 0)
+    assert table.lookup([3])[3].user == "uid 3999999999"
+
+
+def test_user_names_never_wait_for_the_lookup_and_arrive_once_resolved(proc: Path) -> None:
+    _fake_process(proc, 4, start_ticks=1, uid=1234)
+    release = threading.Event()
+
+    def slow_directory(uid: int) -> str | None:
+        release.wait()  # an LDAP server that does not answer until released
+        return f"user{uid}"
+
+    table = HostProcessTable(proc, names=NameResolver(user_of=slow_directory))
+    found: list[str | None] = []
+    thread = threading.Thread(target=lambda: found.extend(table.lookup([4])[4].user for _ in range(3)), daemon=True)
+    thread.start()
+    thread.join(DEADLINE_S)
+    assert found == ["uid 1234"] * 3, "the lookup waited for the directory"
+    release.set()
+    wait_for(lambda: table.lookup([4])[4].user, lambda user: user == "user1234")
 
 
 def test_recycled_pid_is_a_new_process(proc: Path) -> None:

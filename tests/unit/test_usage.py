@@ -25,6 +25,7 @@ from nvdash.sampling.kubelet import PodResourcesClient, PodResourcesWatcher
 from nvdash.sampling.nvml_source import NvmlSource
 from nvdash.sampling.usage import UsageCollector
 from nvdash.sampling.usage_records import GpuProcess, Usage
+from tests.conftest import wait_for
 from tests.unit.conftest import FakeClock, open_source
 from tests.unit.kubelet_server import Container, Lister, Pod, serve_pods
 
@@ -63,7 +64,8 @@ def children() -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
 
 
 def proc_root_with_cgroup(root: Path, pid: int, cgroup: str) -> Path:
-    """A proc root where ``pid`` is the real process except for its ``cgroup`` file."""
+    """A proc root where ``pid`` is the real process (links to its files: read it with ``follow_links``) except for
+    its ``cgroup`` file."""
     root.mkdir(exist_ok=True)
     if not (root / "stat").exists():
         (root / "stat").symlink_to("/proc/stat")
@@ -86,7 +88,10 @@ def test_visible_processes_get_host_details_and_others_are_marked_not_visible(
     source, fake = h100
     child = children()
     fake.add_process(7, child.pid, memory_mib=300)
-    usage = UsageCollector(source, HostProcessTable()).collect(time.time(), 10.0)
+    collector = UsageCollector(source, HostProcessTable())
+    me = pwd.getpwuid(os.getuid()).pw_name  # looked up off the collector's thread: "uid N" until then
+    usage = wait_for(lambda: collector.collect(time.time(), 10.0),
+                     lambda u: getattr(by_pid(u)[child.pid].host, "user", None) == me)
     processes = by_pid(usage)
     mine = processes[child.pid]
     assert mine.gpu_index == 7
@@ -152,7 +157,7 @@ def test_pods_name_the_processes_on_gpus_allocated_to_them(
     # A host process in a plain login session on GPU 1: never named after the pod that holds GPU 1.
     outsider = children()
     fake.add_process(1, outsider.pid)
-    host = HostProcessTable(proc_root_with_cgroup(tmp_path / "proc", outsider.pid, SESSION_CGROUP))
+    host = HostProcessTable(proc_root_with_cgroup(tmp_path / "proc", outsider.pid, SESSION_CGROUP), follow_links=True)
     usage = UsageCollector(source, host, watcher).collect(time.time(), 10.0)
     processes = by_pid(usage)
     rank0 = processes[GHOST_PID_BASE + 100]
@@ -185,7 +190,7 @@ def test_a_pod_uid_in_the_cgroup_and_the_pod_log_dirs_name_a_process_on_a_shared
     logs = tmp_path / "pods"
     (logs / f"dev_alice_{POD_UID}" / "main").mkdir(parents=True)
     (logs / "dev_bob_0b8e6f2c-1d2e-4f3a-9b8c-7d6e5f4a3b2c" / "main").mkdir(parents=True)
-    host = HostProcessTable(proc_root_with_cgroup(tmp_path / "proc", child.pid, K8S_CGROUP))
+    host = HostProcessTable(proc_root_with_cgroup(tmp_path / "proc", child.pid, K8S_CGROUP), follow_links=True)
     usage = UsageCollector(source, host, watcher, lambda: pod_names_from_logs(logs)).collect(time.time(), 10.0)
     process = by_pid(usage)[child.pid]
     assert process.host is not None

@@ -1,4 +1,4 @@
-"""A daemon thread that asks the kubelet for pod resources every few seconds and keeps the latest answer."""
+"""A supervised thread that asks the kubelet for pod resources every few seconds and keeps the latest answer."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import threading
 from typing import Protocol
 
 from nvdash.sampling.usage_records import PodResources
+from nvdash.supervision import Supervisor
 
 WAITING = PodResources(status="Asking the kubelet for pod resources...")
+THREAD_NAME = "nvdash-kubelet"
 
 
 class PodLister(Protocol):
@@ -17,11 +19,19 @@ class PodLister(Protocol):
 
 
 class PodResourcesWatcher:
-    """Calls ``client.list()`` every ``interval_s`` from its own thread; :meth:`latest` never blocks."""
+    """Calls ``client.list()`` every ``interval_s`` from its own thread; :meth:`latest` never blocks.
 
-    def __init__(self, client: PodLister, interval_s: float = 10.0) -> None:
+    The thread runs under ``supervisor`` and beats after each answer (a call that hangs past the client's deadline
+    shows as overdue).
+    """
+
+    def __init__(self, client: PodLister, interval_s: float = 10.0, *, supervisor: Supervisor | None = None,
+                 expect_every_s: float | None = None) -> None:
+        """``expect_every_s``: how often an answer is due at most (default: the interval plus 10 s for the call)."""
         self._client = client
         self._interval_s = interval_s
+        self._supervisor = supervisor if supervisor is not None else Supervisor()
+        self._expect_every_s = expect_every_s if expect_every_s is not None else interval_s + 10.0
         self._latest = WAITING
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -47,8 +57,7 @@ class PodResourcesWatcher:
         if self._thread is not None:
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="nvdash-kubelet", daemon=True)
-        self._thread.start()
+        self._thread = self._supervisor.spawn(THREAD_NAME, self._run, self._stop, expect_every_s=self._expect_every_s)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the thread, waiting up to ``timeout_s`` for a call in flight to end."""
@@ -65,4 +74,5 @@ class PodResourcesWatcher:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.refresh()
+            self._supervisor.beat(THREAD_NAME)
             self._stop.wait(self._interval_s)
