@@ -82,6 +82,14 @@ class NameResolver:
         with self._lock:
             return len(self._pending)
 
+    def start(self) -> None:
+        """Start the resolver thread now rather than on the first miss (a server's thread count stays put)."""
+        with self._lock:
+            if self._started or self._stop.is_set():
+                return
+            self._started = True
+        self._supervisor.spawn(THREAD_NAME, self._run, self._stop, expect_every_s=ROUND_S)
+
     def stop(self) -> None:
         """End the resolver thread (a lookup under way is left to finish; the thread is a daemon)."""
         self._stop.set()
@@ -93,11 +101,8 @@ class NameResolver:
             if key in self._pending or self._stop.is_set():
                 return None
             self._pending.add(key)
-            start = not self._started
-            self._started = True
         self._queue.put(key)
-        if start:
-            self._supervisor.spawn(THREAD_NAME, self._run, self._stop, expect_every_s=ROUND_S)
+        self.start()
         return None
 
     def _run(self) -> None:

@@ -70,6 +70,7 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
         raise StartupError(str(error)) from None
     store = Store(hardware.inventory, capacity=settings.live_samples)
     names = NameResolver(supervisor=supervisor)
+    names.start()
     hardware.on_close(names.stop)
     accountant = _accountant(settings, hardware.inventory, names)
     store.add_listener(accountant)

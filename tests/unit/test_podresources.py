@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from nvdash.sampling.kubelet import DEFAULT_SOCKET, PodResourcesClient, PodResourcesWatcher, podresources, sharing_of
 from nvdash.sampling.kubelet.watcher import WAITING
 from nvdash.sampling.usage_records import SHARING_KINDS, PodDevice, PodResources
+from nvdash.supervision import Supervisor
 from tests.unit.kubelet_server import (
     Container,
     Lister,
@@ -408,3 +410,30 @@ def test_watcher_survives_a_client_that_raises() -> None:
 )
 def test_only_gpu_resources_count_as_gpus(resource: str, device_id: str, gpu: bool) -> None:
     assert podresources.is_gpu(resource, device_id) is gpu
+
+
+def test_watcher_runs_supervised_beats_each_answer_and_a_hung_call_shows_as_overdue() -> None:
+    release = threading.Event()
+    answers: list[int] = []
+
+    class Hanging:
+        def list(self) -> PodResources:
+            answers.append(1)
+            if len(answers) > 1:
+                release.wait()  # a kubelet that accepts the call and never answers (past any deadline)
+            return PodResources(status="kubelet pod-resources: no pod holds a GPU device")
+
+    clock = [0.0]
+    supervisor = Supervisor(monotonic=lambda: clock[0])
+    watcher = PodResourcesWatcher(Hanging(), interval_s=0.01, supervisor=supervisor, expect_every_s=1.0)
+    watcher.start()
+    try:
+        wait_until(lambda: supervisor.report().get("nvdash-kubelet", {}).get("last_beat_at") is not None)
+        wait_until(lambda: len(answers) == 2)  # the second call hangs
+        clock[0] = 60.0
+        assert [item.name for item in supervisor.overdue()] == ["nvdash-kubelet"]
+        assert supervisor.report()["nvdash-kubelet"]["running"] is True
+    finally:
+        release.set()
+        watcher.stop()
+    assert supervisor.report()["nvdash-kubelet"]["running"] is False
