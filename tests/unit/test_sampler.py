@@ -55,7 +55,7 @@ def test_thread_samples_until_stopped_and_then_no_more() -> None:
     wait_for(lambda: len(store), lambda rows: rows >= 10)
     sampler.stop()
     # The thread has ended, so nothing can append any more.
-    assert not any(thread.name == "nvdash-sampler" for thread in threading.enumerate())
+    assert not any(thread.name == "sampler" for thread in threading.enumerate())
     assert sampler.stats().sweeps == len(store) >= 10
     assert sampler.stats().errors == 0
 
