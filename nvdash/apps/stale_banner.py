@@ -18,8 +18,8 @@ STALE_BANNER_NAME = "nvdash-stale-banner"
 """The banner's model name (tests and scripts find it by it)."""
 CHECK_MS = 1000
 """How often each page looks at the age of the newest reading."""
-STYLES: dict[str, str | None] = {"color": "#ffffff", "background-color": "#cf222e", "font-weight": "600", "padding": "0.2em 0.8em",
-          "border-radius": "4px", "width": "100%"}
+STYLES: dict[str, str | None] = {"color": "#ffffff", "background-color": "#cf222e", "font-weight": "600",
+                                 "padding": "0.2em 0.8em", "border-radius": "4px", "width": "100%"}
 
 
 class StaleBanner:
