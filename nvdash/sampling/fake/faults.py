@@ -21,8 +21,8 @@ SPEC_SYNTAX = (
 class Fault:
     """One fault; ``device`` None means every device. ``at_s``: seconds after the library was created.
 
-    ``code`` is the NVML return code of ``fail_init`` and the XID of ``xid``; ``path`` is the file whose creation
-    ends a ``hang_host``.
+    ``code`` is the NVML return code of ``fail_init`` and the XID of ``xid``; ``path`` is the file whose existence
+    holds a ``hang_host``.
     """
 
     kind: FaultKind
@@ -72,7 +72,7 @@ def _parse_item(item: str, functions: Collection[str], gpu_count: int) -> Fault:
     if kind == "hang_host":
         path = body.partition(":")[2].strip()
         if not path:
-            raise ValueError("hang_host needs the path of the file that ends the hang")
+            raise ValueError("hang_host needs the path of the file that holds the hang")
         return Fault("hang_host", path=path, at_s=at_s)
     if kind == "lose" and len(params) == 1:
         return Fault("lose", device=check_device(_integer(params[0], "device"), gpu_count), at_s=at_s)
@@ -106,7 +106,7 @@ def parse_faults(spec: str, functions: Collection[str], gpu_count: int) -> list[
 
     ``xid:CODE:DEVICE`` sends XID ``CODE`` to the event sets registered for ``DEVICE`` (with the counter
     changes a real driver shows for 48, 63, 64, 94 and 95); ``lose:DEVICE`` also sends XID 79. ``hang_host:PATH``
-    makes the host reading, on the sampler's own thread, block until the file ``PATH`` exists (a stuck sampler:
+    makes the host reading, on the sampler's own thread, block while the file ``PATH`` exists (a stuck sampler:
     NVML calls run in a pool and cannot stall the sweeps); ``PATH`` may not hold ``;`` or ``@``.
 
     Raises ValueError with a one-line message naming the bad item; nothing is applied then.

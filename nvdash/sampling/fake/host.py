@@ -2,7 +2,7 @@
 
 The sweeps call NVML through a pool with a deadline, so no simulated NVML call can stall them; the host reading runs
 on the sampler's own thread, as a real ``/proc`` or ``/sys`` read that never returns would. This wrapper blocks it
-from the fault's time until its file exists, so a test can stop and resume a real server's sweeps.
+while the fault's file exists (from the fault's time on), so a test can stop and resume a real server's sweeps.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from nvdash.sampling.fake.faults import Fault
 from nvdash.sampling.records import HostInfo, HostSample
 
 POLL_S = 0.05
-"""How often a hung reading looks for the file that ends it."""
+"""How often a hung reading looks whether the file that holds it is gone."""
 
 
 class HostReader(Protocol):
@@ -29,7 +29,7 @@ class HostReader(Protocol):
 
 
 class HangingHost:
-    """``host``, whose :meth:`read` blocks while a ``hang_host`` fault is due and its file is missing."""
+    """``host``, whose :meth:`read` blocks while a due ``hang_host`` fault's file exists."""
 
     def __init__(self, host: HostReader, hangs: Sequence[Fault], created_at: float,
                  clock: Callable[[], float] = time.time, exists: Callable[[str], bool] = os.path.exists) -> None:
@@ -45,10 +45,10 @@ class HangingHost:
         return self._host.info()
 
     def read(self) -> HostSample:
-        """The host's reading, once every due hang's file exists."""
+        """The host's reading, once no due hang's file exists."""
         for hang in self._hangs:
             if self._clock() - self._created_at < hang.at_s or hang.path is None:
                 continue
-            while not self._exists(hang.path):
+            while self._exists(hang.path):
                 self._wake.wait(POLL_S)
         return self._host.read()
