@@ -1,8 +1,10 @@
 """Staleness: when readings stop arriving, every view says so instead of showing the last values as live.
 
 A part (the sampler's sweeps, its process collection) is *stale* once it has not completed a round for
-:data:`STALE_ROUNDS` of its rounds. ``/health`` then answers 503, the index page and the dashboards show
-"no new readings since HH:MM:SS", and ``/metrics`` stops exporting the frozen GPU readings.
+:data:`STALE_ROUNDS` of its rounds, and for at least :data:`STALE_MIN_S` (a sweep a little late on a busy machine is
+not a stuck sampler, and a liveness probe must not restart a server for it). ``/health`` then answers 503, the index
+page and the dashboards show "no new readings since HH:MM:SS", and ``/metrics`` stops exporting the frozen GPU
+readings.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 STALE_ROUNDS = 3
-"""A part is stale after this many of its rounds without completing one."""
+"""A part is stale after this many of its rounds without completing one..."""
+STALE_MIN_S = 5.0
+"""...and at least this many seconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,9 +28,14 @@ class Stale:
     """Unix time of its last completed round (or of its start, when it never completed one)."""
 
 
+def stale_after(every_s: float) -> float:
+    """Seconds without a round after which a part that completes one every ``every_s`` is stale."""
+    return max(STALE_ROUNDS * every_s, STALE_MIN_S)
+
+
 def is_stale(age_s: float, every_s: float) -> bool:
     """Whether a part that completes a round every ``every_s`` is stale after ``age_s`` without one."""
-    return age_s > STALE_ROUNDS * every_s
+    return age_s > stale_after(every_s)
 
 
 def stale_since(newest_s: float | None, now_s: float, every_s: float) -> float | None:

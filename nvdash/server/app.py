@@ -27,7 +27,7 @@ from nvdash.apps import APPS, AppContext, AppSpec, Requirement, unavailable_reas
 from nvdash.apps.stages import Staging
 from nvdash.apps.stale_banner import add_stale_banner
 from nvdash.cluster import ClusterRuntime
-from nvdash.freshness import Stale, iso_time, merge, stale_since
+from nvdash.freshness import STALE_MIN_S, Stale, iso_time, merge, stale_since
 from nvdash.health.status import evaluate
 from nvdash.history.csv_io import export_text
 from nvdash.sampling.host_source import interface_addresses
@@ -177,11 +177,11 @@ def _since(text: str) -> float | None:
 
 
 def stuck_parts(runtime: Runtime) -> list[Stale]:
-    """The parts that stopped completing rounds: the sampler's sweeps or process readings, overdue supervised threads
-    (none for a replay, which has no sampler)."""
+    """The parts that stopped completing rounds: the sampler's sweeps or process readings, supervised threads overdue
+    for at least ``STALE_MIN_S`` (none for a replay, which has no sampler)."""
     if runtime.sampler is None:
         return []
-    overdue = [Stale(item.name, item.since_wall) for item in runtime.supervisor.overdue()]
+    overdue = [Stale(item.name, item.since_wall) for item in runtime.supervisor.overdue() if item.age_s > STALE_MIN_S]
     return merge(runtime.sampler.stale(), overdue)
 
 

@@ -108,10 +108,10 @@ def test_the_banner_shows_while_readings_are_stale_and_goes_when_they_resume() -
     assert root.children[0] is banner.div
     assert banner.div.name == STALE_BANNER_NAME
     assert (banner.div.visible, banner.div.text) == (False, "")
-    now[0] = 1001.6
+    now[0] = 1005.1
     banner.check()
     assert (banner.div.visible, banner.div.text) == (True, banner_text(1000.0))
-    store.append(Snapshot(1001.5, (), HostSample()))
+    store.append(Snapshot(1005.0, (), HostSample()))
     banner.check()
     assert (banner.div.visible, banner.div.text) == (False, "")
 
