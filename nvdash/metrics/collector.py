@@ -16,12 +16,16 @@ Series, as dcgm-exporter writes them:
 - with an accountant (a live server, not a replay), the :data:`~nvdash.metrics.fields.ACCOUNTING_FAMILIES`, one
   series per GPU: ``nvdash_gpu_allocated_idle_seconds``;
 - with the job label on (``--metrics-job-label``), every series of a GPU or instance also carries :data:`JOB_LABEL`
-  (dcgm-exporter's HPC job mapping label), naming the owners the accountant found for it.
+  (dcgm-exporter's HPC job mapping label), naming the owners the accountant found for it;
+- on a live server (``ExportOptions.stale_after_s``), :data:`LAST_SAMPLE_FAMILY` and
+  :data:`LAST_PROCESS_SAMPLE_FAMILY` (when processes are read), and no GPU readings at all once the newest sweep is
+  older than ``stale_after_s``: Prometheus then marks the series stale instead of recording frozen values as fresh.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -48,6 +52,10 @@ if TYPE_CHECKING:
     from nvdash.accounting.attribution import Share
 
 LOST_FAMILY = "nvdash_gpu_lost"
+LAST_SAMPLE_FAMILY = "nvdash_last_sample_timestamp_seconds"
+"""Unix time of the newest completed sweep (an alert fires when it falls behind)."""
+LAST_PROCESS_SAMPLE_FAMILY = "nvdash_last_process_sample_timestamp_seconds"
+"""Unix time of the newest reading of the GPU processes."""
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 """dcgm-exporter's labels on every per-GPU series; ``--metrics-labels`` chooses among these."""
 LABEL_FIELDS = ("DCGM_FI_DRIVER_VERSION",)
@@ -154,6 +162,9 @@ class ExportOptions:
     """Export the per-process families (``--metrics-processes``)."""
     job_label: bool = False
     """Label every series of a GPU or instance with its owners, :data:`JOB_LABEL` (``--metrics-job-label``)."""
+    stale_after_s: float | None = None
+    """A live server's bound: GPU readings older than this are not exported, and the newest sweep's and process
+    reading's times are (``None``: a replay or a test, every reading exported as it is)."""
 
 
 @dataclass
@@ -180,8 +191,10 @@ class StoreCollector:
     owners."""
 
     def __init__(self, store: Store, counters: Sequence[Counter], options: ExportOptions,
-                 openmetrics: bool = False, accountant: Accountant | None = None) -> None:
+                 openmetrics: bool = False, accountant: Accountant | None = None,
+                 *, clock: Callable[[], float] = time.time) -> None:
         self.store = store
+        self.clock = clock
         self.accountant = accountant
         self.counters = [counter for counter in counters if counter.kind != "label" and counter.name in FAMILIES]
         self.options = options
@@ -233,8 +246,14 @@ class StoreCollector:
                                  "container": device.container}
         return list(variants.values()) or [labels]
 
-    def _scrape(self) -> _Scrape:
-        snapshot: Snapshot | None = self.store.latest()
+    def _fresh(self, snapshot: Snapshot | None) -> Snapshot | None:
+        """``snapshot`` unless it is older than the options' bound."""
+        bound = self.options.stale_after_s
+        if snapshot is None or bound is None or self.clock() - snapshot.time_s <= bound:
+            return snapshot
+        return None
+
+    def _scrape(self, snapshot: Snapshot | None) -> _Scrape:
         scrape = _Scrape()
         if snapshot is None:
             return scrape
@@ -291,7 +310,8 @@ class StoreCollector:
 
     def collect(self) -> Iterator[Metric]:
         """One family per exported name: a sample per GPU (and instance, allocation, process) that reads it."""
-        scrape = self._scrape()
+        newest: Snapshot | None = self.store.latest()
+        scrape = self._scrape(self._fresh(newest))
         pods: dict[str, Metric] | None = None
         processes: dict[str, Metric] | None = None
         for counter in self.counters:
@@ -311,6 +331,22 @@ class StoreCollector:
                     yield self._idle_family(counter, scrape, scrape.idle_s)
                 continue
             yield self._gpu_family(counter, scrape)
+        if self.options.stale_after_s is not None:
+            yield from self._timestamps(newest)
+
+    @staticmethod
+    def _timestamps(newest: Snapshot | None) -> Iterator[Metric]:
+        """When the newest sweep and the newest process reading were taken (absent before the first)."""
+        if newest is None:
+            return
+        sweep = Metric(LAST_SAMPLE_FAMILY, "Unix time of the newest completed sweep of the sampler.", "gauge")
+        sweep.add_sample(LAST_SAMPLE_FAMILY, {}, newest.time_s)
+        yield sweep
+        if newest.usage is not None:
+            usage = Metric(LAST_PROCESS_SAMPLE_FAMILY, "Unix time of the newest reading of the GPU processes.",
+                           "gauge")
+            usage.add_sample(LAST_PROCESS_SAMPLE_FAMILY, {}, newest.usage.time_s)
+            yield usage
 
     def _gpu_family(self, counter: Counter, scrape: _Scrape) -> Metric:
         name = counter.name

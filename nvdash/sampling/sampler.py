@@ -9,13 +9,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from nvdash.freshness import Stale, is_stale
 from nvdash.sampling.records import GpuEvent, GpuSample, HostSample, Snapshot
 from nvdash.sampling.usage_records import Usage
 from nvdash.store import Store
+from nvdash.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 
 MIN_INTERVAL_S = 0.1
+SAMPLER_PART = "sampler"
+"""The sampler's thread, and its part in staleness reports: the sweeps."""
+PROCESSES_PART = "processes"
+"""The part of the sweeps that reads the GPU processes (at the usage interval)."""
 
 
 class GpuReader(Protocol):
@@ -50,12 +56,18 @@ class SamplerStats:
     max_sweep_s: float
     skipped_device_reads: int = 0
     """GPU reads left out of a sweep because the GPU's read of an earlier sweep had not returned (a slow call)."""
+    last_sweep_at: float | None = None
+    """Unix time of the newest completed sweep (its snapshot's time); ``None`` before the first."""
+    last_usage_at: float | None = None
+    """Unix time of the newest successful process reading; ``None`` before the first or when it is off."""
 
 
 class Sampler:
     """Appends one :class:`Snapshot` per interval to the store from a single background thread.
 
-    The GPU read gets at most 80 % of the interval, so a slow NVML call cannot push a sweep past it.
+    The GPU read gets at most 80 % of the interval, so a slow NVML call cannot push a sweep past it. The thread runs
+    under ``supervisor`` (an escaping error is logged, counted and the loop restarted) and beats after each sweep;
+    :meth:`stale` says when sweeps or process readings have stopped completing.
     """
 
     def __init__(
@@ -69,6 +81,8 @@ class Sampler:
         derive_events: EventDeriver | None = None,
         usage: UsageReader | None = None,
         usage_interval_s: float = 2.0,
+        supervisor: Supervisor | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if interval_s < MIN_INTERVAL_S:
             raise ValueError(f"interval must be at least {MIN_INTERVAL_S} s")
@@ -85,8 +99,16 @@ class Sampler:
         self._usage_errors = 0
         self._previous: Snapshot | None = None
         self._derive_errors = 0
+        self._supervisor = supervisor if supervisor is not None else Supervisor()
+        self._monotonic = monotonic
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._started_mono: float | None = None
+        self._started_wall = 0.0
+        self._last_sweep_mono: float | None = None
+        self._last_sweep_wall: float | None = None
+        self._last_usage_mono: float | None = None
+        self._last_usage_wall: float | None = None
         self._sweeps = 0
         self._errors = 0
         self._last_sweep_s = 0.0
@@ -101,7 +123,26 @@ class Sampler:
         """Counts and durations of the sweeps so far."""
         skipped = getattr(self._gpus, "skipped_reads", 0)
         return SamplerStats(self._sweeps, self._errors, self._last_sweep_s, self._max_sweep_s,
-                            skipped if isinstance(skipped, int) else 0)
+                            skipped if isinstance(skipped, int) else 0, self._last_sweep_wall, self._last_usage_wall)
+
+    def stale(self) -> list[Stale]:
+        """The parts that stopped completing: the sweeps after ``STALE_ROUNDS`` intervals without one, the process
+        readings after as many usage intervals (counted from the start when none completed yet; nothing before
+        :meth:`start`)."""
+        started = self._started_mono
+        if started is None:
+            return []
+        now = self._monotonic()
+        found: list[Stale] = []
+        parts = [(SAMPLER_PART, self._last_sweep_mono, self._last_sweep_wall, self._interval_s)]
+        if self._usage is not None:
+            every = max(self._usage_interval_s, self._interval_s)
+            parts.append((PROCESSES_PART, self._last_usage_mono, self._last_usage_wall, every))
+        for part, last_mono, last_wall, every in parts:
+            age = now - (last_mono if last_mono is not None else started)
+            if is_stale(age, every):
+                found.append(Stale(part, last_wall if last_wall is not None else self._started_wall))
+        return found
 
     def sample_once(self) -> Snapshot:
         """Read every source once and append the snapshot to the store."""
@@ -114,6 +155,8 @@ class Sampler:
         self._record_events(snapshot)
         elapsed = time.monotonic() - started
         self._sweeps += 1
+        self._last_sweep_mono = self._monotonic()
+        self._last_sweep_wall = time_s
         self._last_sweep_s = elapsed
         self._max_sweep_s = max(self._max_sweep_s, elapsed)
         return snapshot
@@ -128,6 +171,8 @@ class Sampler:
         self._usage_due_s = now + self._usage_interval_s
         try:
             self._latest_usage = self._usage.collect(time_s, self._interval_s * 0.5)
+            self._last_usage_mono = self._monotonic()
+            self._last_usage_wall = time_s
         except Exception:
             self._usage_errors += 1
             if self._usage_errors == 1:
@@ -150,11 +195,12 @@ class Sampler:
             self._store.add_events(events)
 
     def start(self) -> None:
-        """Start the thread (once); the first snapshot is taken at once."""
+        """Start the supervised thread (once); the first snapshot is taken at once."""
         if self._thread is not None:
             raise RuntimeError("the sampler is already started")
-        self._thread = threading.Thread(target=self._run, name="nvdash-sampler", daemon=True)
-        self._thread.start()
+        self._started_mono = self._monotonic()
+        self._started_wall = self._wall_clock()
+        self._thread = self._supervisor.spawn(SAMPLER_PART, self._run, self._stop, expect_every_s=self._interval_s)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Ask the thread to stop and wait for it."""
@@ -163,6 +209,7 @@ class Sampler:
             self._thread.join(timeout_s)
 
     def _run(self) -> None:
+        """The loop: a sweep per interval; a failing sweep is counted and logged, and the next one tried."""
         next_due = time.monotonic()
         while not self._stop.is_set():
             try:
@@ -171,6 +218,8 @@ class Sampler:
                 self._errors += 1
                 if self._errors == 1 or self._errors % 100 == 0:
                     log.exception("nvdash sampler sweep failed (%d so far)", self._errors)
+            else:
+                self._supervisor.beat(SAMPLER_PART)
             next_due += self._interval_s
             now = time.monotonic()
             if next_due < now:

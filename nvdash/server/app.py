@@ -23,9 +23,11 @@ from tornado.ioloop import IOLoop
 from tornado.web import RequestHandler
 
 from nvdash.accounting.report import AccountingBook
-from nvdash.apps import APPS, AppContext, AppSpec, unavailable_reason
+from nvdash.apps import APPS, AppContext, AppSpec, Requirement, unavailable_reason
 from nvdash.apps.stages import Staging
+from nvdash.apps.stale_banner import add_stale_banner
 from nvdash.cluster import ClusterRuntime
+from nvdash.freshness import STALE_MIN_S, Stale, iso_time, merge, stale_since
 from nvdash.health.status import evaluate
 from nvdash.history.csv_io import export_text
 from nvdash.sampling.host_source import interface_addresses
@@ -41,6 +43,7 @@ from nvdash.server.metrics_handler import MetricsHandler, MetricsSetup
 from nvdash.server.pages import (
     BadQuery,
     HtmlHandler,
+    JsonAnswer,
     JsonHandler,
     index_json,
     info_json,
@@ -120,6 +123,8 @@ def _application(spec: AppSpec, context: AppContext) -> Application:
     def build(doc: Document) -> None:
         with guard():
             spec.build(doc, context)
+            if spec.requires is not Requirement.PROMETHEUS:  # the cluster's pages read Prometheus, not this sampler
+                add_stale_banner(doc, context)
 
     return Application(FunctionHandler(build))
 
@@ -135,6 +140,8 @@ def _sampler_json(sampler: Sampler | None) -> dict[str, Any] | None:
         "last_sweep_ms": round(stats.last_sweep_s * 1000, 3),
         "max_sweep_ms": round(stats.max_sweep_s * 1000, 3),
         "skipped_device_reads": stats.skipped_device_reads,
+        "last_sweep_at": stats.last_sweep_at,
+        "last_process_reading_at": stats.last_usage_at,
     }
 
 
@@ -169,16 +176,37 @@ def _since(text: str) -> float | None:
     return value
 
 
+def stuck_parts(runtime: Runtime) -> list[Stale]:
+    """The parts that stopped completing rounds: the sampler's sweeps or process readings, supervised threads overdue
+    for at least ``STALE_MIN_S`` (none for a replay, which has no sampler)."""
+    if runtime.sampler is None:
+        return []
+    overdue = [Stale(item.name, item.since_wall) for item in runtime.supervisor.overdue() if item.age_s > STALE_MIN_S]
+    return merge(runtime.sampler.stale(), overdue)
+
+
+STALE_STATUS = 503
+"""``/health``'s status while a part is stuck: a liveness probe restarts the server."""
+
+
 def health(
     runtime: Runtime, handler: RequestHandler, server: Callable[[], Server | None], routes: list[str]
-) -> dict[str, Any]:
+) -> dict[str, Any] | JsonAnswer:
     """The numbers a benchmark or a monitor wants: sampler, store, NVML calls, event loop, sessions.
 
-    Without the token a server requires, only ``{"status": "ok"}`` (what a liveness probe needs).
+    Without the token a server requires, only ``{"status": "ok"}`` (what a liveness probe needs). While a part is
+    stuck (:func:`stuck_parts`) the answer is a 503 with ``"status": "stale"`` and ``stuck``: the parts' names (with
+    the token also since when, ISO 8601 and Unix time).
     ``?since=T``, with ``T`` an earlier answer's ``event_loop.at``, adds the longest event-loop stall after ``T``.
     """
+    stuck = stuck_parts(runtime)
+    status = "stale" if stuck else "ok"
     if not admitted(handler):
-        return {"status": "ok"}
+        brief: dict[str, Any] = {"status": status}
+        if stuck:
+            brief["stuck"] = [item.part for item in stuck]
+            return JsonAnswer(brief, STALE_STATUS)
+        return brief
     since = _since(handler.get_query_argument("since", ""))
     current = server()
     sessions = 0
@@ -186,7 +214,9 @@ def health(
         sessions = sum(len(current.get_sessions(route)) for route in routes)
     sampler, counts = _consistent_counts(runtime)
     result: dict[str, Any] = {
-        "status": "ok",
+        "status": status,
+        "stuck": [{"part": item.part, "since": iso_time(item.since_wall), "since_epoch": item.since_wall}
+                  for item in stuck],
         "started_at": runtime.started_at,
         "sampler": sampler,
         "history": history_health(runtime.history),
@@ -202,7 +232,7 @@ def health(
         "threads": runtime.supervisor.report(),
     }
     result.update(counts)
-    return result
+    return JsonAnswer(result, STALE_STATUS) if stuck else result
 
 
 def _listen_on(settings: Settings) -> dict[str, Any]:
@@ -259,9 +289,14 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
             )
 
     def index_page() -> str:
-        health = evaluate(inventory, store.latest(), store.events(), time.time(), idle=runtime.accounting.idle()[1])
+        now = time.time()
+        latest = store.latest()
+        health = evaluate(inventory, latest, store.events(), now, idle=runtime.accounting.idle()[1])
+        stale = None
+        if runtime.sampler is not None:
+            stale = stale_since(latest.time_s if latest is not None else runtime.started_at, now, settings.interval_s)
         return render_index(inventory, prefix, settings.interval_s, store.capacity, PROFILES_HINT, health=health,
-                            history=history.status, replay=history.replay, cluster=cluster)
+                            history=history.status, replay=history.replay, cluster=cluster, stale_since=stale)
 
     metrics = runtime.metrics or MetricsSetup.default(inventory.host.hostname)
     holder: list[Server] = []

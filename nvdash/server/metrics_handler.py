@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from tornado.web import RequestHandler
 
+from nvdash.freshness import stale_after
 from nvdash.metrics.collector import GPU_LABELS, LABEL_FIELDS, ExportOptions, StoreCollector, unknown_fields
 from nvdash.metrics.counters import Counter, default_counters, load_counters
 from nvdash.metrics.exposition import TEXT_CONTENT_TYPE, text_format
@@ -46,15 +47,19 @@ class MetricsSetup:
 
 
 def metrics_setup(settings: Settings, hostname: str) -> tuple[MetricsSetup, list[str]]:
-    """The settings' counters file and labels, and the names in the file nvdash cannot export.
+    """The settings' counters file and labels, and the names in the file nvdash cannot export. A live server's
+    scrapes leave out GPU readings older than ``freshness.stale_after`` the interval and say when the newest were
+    taken.
 
     Raises :class:`~nvdash.metrics.counters.CountersError` with one line for an unreadable file."""
     counters = load_counters(settings.metrics_counters)
     drop: frozenset[str] = frozenset()
     if settings.metrics_labels is not None:
         drop = frozenset(label for label in (*GPU_LABELS, *LABEL_FIELDS) if label not in settings.metrics_labels)
+    stale_after_s = None if settings.replay is not None else stale_after(settings.interval_s)
     options = ExportOptions(hostname=settings.hostname or hostname, drop_labels=drop, pods=settings.metrics_pods,
-                            processes=settings.metrics_processes, job_label=settings.metrics_job_label)
+                            processes=settings.metrics_processes, job_label=settings.metrics_job_label,
+                            stale_after_s=stale_after_s)
     return MetricsSetup(tuple(counters), options), unknown_fields(counters)
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from jinja2 import Environment, select_autoescape
 from tornado.web import RequestHandler
 
 from nvdash.apps import APPS, AppSpec, Requirement, available_apps, unavailable_reason
+from nvdash.freshness import banner_text
 from nvdash.health.status import GpuHealth
 from nvdash.sampling.records import Inventory
 from nvdash.server.auth import GuardedHandler
@@ -73,8 +74,10 @@ def render_index(
     history: str = "off",
     replay: bool = False,
     cluster: bool = False,
+    stale_since: float | None = None,
 ) -> str:
-    """The bookmarkable HTML index; ``health`` gives each GPU's current status and its first reason."""
+    """The bookmarkable HTML index; ``health`` gives each GPU's current status and its first reason; ``stale_since``
+    (the newest reading's time, when readings stopped arriving) puts "no new readings since" at the top."""
     by_index = {item.index: item for item in health}
     gpus = [
         {
@@ -115,6 +118,7 @@ def render_index(
             history=history,
             replay=replay,
             cluster=cluster,
+            stale=None if stale_since is None else banner_text(stale_since),
         )
     )
 
@@ -158,6 +162,13 @@ class HtmlHandler(GuardedHandler):
         self.finish(self._render())
 
 
+class JsonAnswer(NamedTuple):
+    """A JSON document with its HTTP status (a producer returns one where 200 is not the answer)."""
+
+    body: Any
+    status: int
+
+
 class BadQuery(ValueError):
     """A query argument a JSON route cannot use: a 400 with the one-line message."""
 
@@ -166,6 +177,7 @@ class JsonHandler(GuardedHandler):
     """Serves a JSON document computed on each request (cheap: nothing here touches the hardware).
 
     ``guarded=False`` serves requests without the token too, for a route that decides itself what they see.
+    A producer returning a :class:`JsonAnswer` chooses the status too.
     """
 
     def initialize(self, produce: Callable[[RequestHandler], Any], guarded: bool = True) -> None:
@@ -180,4 +192,7 @@ class JsonHandler(GuardedHandler):
         except BadQuery as error:
             self.set_status(400)
             body = {"error": str(error)}
+        if isinstance(body, JsonAnswer):
+            self.set_status(body.status)
+            body = body.body
         self.finish(json.dumps(body))

@@ -87,6 +87,7 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
         derive_events=EventDetector(hardware.inventory),
         usage=_usage_collector(settings, hardware, supervisor, names),
         usage_interval_s=settings.process_interval_s,
+        supervisor=supervisor,
     )
     gpus = hardware.gpus
     fake = hardware.fake

@@ -98,7 +98,9 @@ def test_token_labels_and_counters_file(tmp_path: Path) -> None:
         text = wait_for(lambda: scrape(server.url, {"Authorization": "Bearer s3cret"})[1],
                         lambda t: "DCGM_FI_DEV_GPU_TEMP{" in t, timeout_s=60.0)
         names = {family.name for family in parse_text(text)}
-        assert names == {"DCGM_FI_DEV_GPU_TEMP"}
+        # The counters file chooses the GPU families; a live server also says when its readings were taken.
+        assert names == {"DCGM_FI_DEV_GPU_TEMP", "nvdash_last_sample_timestamp_seconds",
+                         "nvdash_last_process_sample_timestamp_seconds"}
         labels = next(iter(parse_text(text))).samples[0].labels
         assert set(labels) == {"gpu", "Hostname"}
         assert http_get(server.url + "/health")[0] == 200  # the token guards /metrics only

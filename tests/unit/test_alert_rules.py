@@ -18,7 +18,7 @@ RULES = PROMETHEUS / "nvdash-alerts.yml"
 CONFIG = PROMETHEUS / "prometheus.yml"
 RULE_TESTS = sorted((PROMETHEUS / "tests").glob("*.yml"))
 SEVERITIES = {"info", "warning", "critical"}
-PER_INSTANCE = {"NvdashTargetDown"}
+PER_INSTANCE = {"NvdashTargetDown", "NvdashSamplerStale", "NvdashProcessReadingsStale"}
 """Rules about a scrape target rather than a GPU: no gpu, UUID or Hostname label to name."""
 
 Load = Callable[[Path], Any]

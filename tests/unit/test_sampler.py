@@ -7,11 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from nvdash.freshness import Stale
 from nvdash.sampling import sampler as sampler_module
 from nvdash.sampling.records import GpuSample, HostInfo, HostSample, Inventory
 from nvdash.sampling.sampler import Sampler
 from nvdash.sampling.usage_records import Usage
 from nvdash.store import Store
+from nvdash.supervision import Supervisor
 from tests.conftest import wait_for
 
 
@@ -55,7 +57,7 @@ def test_thread_samples_until_stopped_and_then_no_more() -> None:
     wait_for(lambda: len(store), lambda rows: rows >= 10)
     sampler.stop()
     # The thread has ended, so nothing can append any more.
-    assert not any(thread.name == "nvdash-sampler" for thread in threading.enumerate())
+    assert not any(thread.name == "sampler" for thread in threading.enumerate())
     assert sampler.stats().sweeps == len(store) >= 10
     assert sampler.stats().errors == 0
 
@@ -192,3 +194,74 @@ def test_a_failing_usage_read_keeps_the_previous_usage_and_the_sweep() -> None:
 
 def test_without_a_usage_reader_snapshots_have_no_usage() -> None:
     assert Sampler(_store(), Host(), Gpus(), interval_s=0.5).sample_once().usage is None
+
+
+class Ticks:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now_s = 50.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_the_sweeps_are_stale_after_three_intervals_without_one() -> None:
+    ticks = Ticks()
+    wall = iter(float(t) for t in range(1000, 2000))
+    sampler = Sampler(_store(), Host(), Gpus(), interval_s=0.5, wall_clock=lambda: next(wall), monotonic=ticks)
+    ticks.now_s += 10
+    assert sampler.stale() == [], "not started: nothing is expected of it"
+    sampler._started_mono, sampler._started_wall = ticks(), 999.0  # as start() does, without the thread
+    ticks.now_s += 5.1
+    assert sampler.stale() == [Stale("sampler", 999.0)], "never swept: stale since its start"
+    snapshot = sampler.sample_once()
+    assert sampler.stale() == []
+    assert sampler.stats().last_sweep_at == snapshot.time_s
+    ticks.now_s += 5.0
+    assert sampler.stale() == []
+    ticks.now_s += 0.1
+    assert sampler.stale() == [Stale("sampler", snapshot.time_s)]
+
+
+def test_process_readings_that_keep_failing_are_stale_while_the_sweeps_go_on() -> None:
+    ticks = Ticks()
+    usages = Usages()
+    sampler = Sampler(_store(), Host(), Gpus(), interval_s=0.5, wall_clock=lambda: 100.0 + ticks(),
+                      usage=usages, usage_interval_s=0.0, monotonic=ticks)
+    sampler._started_mono, sampler._started_wall = ticks(), 150.0
+    first = sampler.sample_once()
+    assert sampler.stats().last_usage_at == first.time_s
+    usages.fail = True
+    for _ in range(11):
+        ticks.now_s += 0.5
+        sampler.sample_once()
+    assert sampler.stale() == [Stale("processes", first.time_s)]
+    assert sampler.stats().last_sweep_at == 100.0 + ticks()
+
+
+def test_the_thread_runs_supervised_and_a_held_sweep_makes_it_overdue() -> None:
+    release = threading.Event()
+    holding = threading.Event()
+
+    class HeldHost(Host):
+        def read(self) -> HostSample:
+            if self.calls >= 2:
+                holding.set()
+                release.wait(60)
+            return super().read()
+
+    supervisor = Supervisor()
+    store = _store()
+    sampler = Sampler(store, HeldHost(), None, interval_s=0.1, supervisor=supervisor)
+    sampler.start()
+    try:
+        assert wait_for(lambda: [item.name for item in supervisor.overdue()], bool) == ["sampler"]
+        assert holding.is_set()
+        assert wait_for(lambda: [item.part for item in sampler.stale()], bool) == ["sampler"]
+        assert supervisor.report()["sampler"]["running"] is True
+        release.set()
+        wait_for(lambda: (supervisor.overdue(), sampler.stale()), lambda found: found == ([], []))
+    finally:
+        release.set()
+        sampler.stop()

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 _MAX_XID = 1000
-FaultKind = Literal["lose", "slow", "unsupported", "fail_init", "xid"]
+FaultKind = Literal["lose", "slow", "unsupported", "fail_init", "xid", "hang_host"]
 
 SPEC_SYNTAX = (
     "expected ITEM[;ITEM...], each ITEM one of lose:DEVICE, slow:FUNCTION:SECONDS[:DEVICE], "
-    "unsupported:FUNCTION[:DEVICE], fail_init:CODE or xid:CODE:DEVICE, optionally followed by @SECONDS after start"
+    "unsupported:FUNCTION[:DEVICE], fail_init:CODE, xid:CODE:DEVICE or hang_host:PATH, "
+    "optionally followed by @SECONDS after start"
 )
 
 
@@ -20,7 +21,8 @@ SPEC_SYNTAX = (
 class Fault:
     """One fault; ``device`` None means every device. ``at_s``: seconds after the library was created.
 
-    ``code`` is the NVML return code of ``fail_init`` and the XID of ``xid``.
+    ``code`` is the NVML return code of ``fail_init`` and the XID of ``xid``; ``path`` is the file whose existence
+    holds a ``hang_host``.
     """
 
     kind: FaultKind
@@ -29,6 +31,7 @@ class Fault:
     seconds: float = 0.0
     code: int = 0
     at_s: float = 0.0
+    path: str | None = None
 
 
 def check_function(function: str, functions: Collection[str]) -> str:
@@ -66,6 +69,11 @@ def _parse_item(item: str, functions: Collection[str], gpu_count: int) -> Fault:
     body, at_sign, at_text = item.partition("@")
     at_s = _number(at_text.strip(), "time") if at_sign else 0.0
     kind, *params = (part.strip() for part in body.split(":"))
+    if kind == "hang_host":
+        path = body.partition(":")[2].strip()
+        if not path:
+            raise ValueError("hang_host needs the path of the file that holds the hang")
+        return Fault("hang_host", path=path, at_s=at_s)
     if kind == "lose" and len(params) == 1:
         return Fault("lose", device=check_device(_integer(params[0], "device"), gpu_count), at_s=at_s)
     if kind == "slow" and len(params) in (2, 3):
@@ -97,7 +105,9 @@ def parse_faults(spec: str, functions: Collection[str], gpu_count: int) -> list[
     """Parse e.g. ``"lose:3@5;slow:nvmlDeviceGetUtilizationRates:2@0;unsupported:nvmlDeviceGetPowerUsage"``.
 
     ``xid:CODE:DEVICE`` sends XID ``CODE`` to the event sets registered for ``DEVICE`` (with the counter
-    changes a real driver shows for 48, 63, 64, 94 and 95); ``lose:DEVICE`` also sends XID 79.
+    changes a real driver shows for 48, 63, 64, 94 and 95); ``lose:DEVICE`` also sends XID 79. ``hang_host:PATH``
+    makes the host reading, on the sampler's own thread, block while the file ``PATH`` exists (a stuck sampler:
+    NVML calls run in a pool and cannot stall the sweeps); ``PATH`` may not hold ``;`` or ``@``.
 
     Raises ValueError with a one-line message naming the bad item; nothing is applied then.
     """
@@ -148,7 +158,8 @@ class FaultState:
             self._slow[(fault.function, fault.device)] = fault.seconds
         elif fault.kind == "fail_init":
             self.init_code = fault.code
-        # "xid" faults are events, delivered by the driver's event sets.
+        # "xid" faults are events, delivered by the driver's event sets; "hang_host" is the host reading's (see
+        # nvdash.sampling.fake.host).
 
     def is_lost(self, device: int | None) -> bool:
         """Whether ``device`` has fallen off the bus."""

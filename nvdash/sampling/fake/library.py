@@ -68,6 +68,7 @@ class FakeNvmlLibrary:
         self._init_count = 0
         self._faults = FaultState()
         self._counts: dict[str, int] = {}
+        self._host_hangs: list[Fault] = []
         self.seed = seed
 
     def __getattr__(self, name: str) -> EntryPoint:
@@ -135,6 +136,10 @@ class FakeNvmlLibrary:
         for fault in faults:
             self._add(fault)
 
+    def host_hangs(self) -> list[Fault]:
+        """The ``hang_host`` faults applied: the host reading's to enact (see :mod:`nvdash.sampling.fake.host`)."""
+        return list(self._host_hangs)
+
     def _device(self, device: int | None) -> int | None:
         return None if device is None else check_device(device, self.profile.gpu_count)
 
@@ -143,7 +148,9 @@ class FakeNvmlLibrary:
         if fault.device is not None and fault.kind in ("xid", "lose"):
             xid = fault.code if fault.kind == "xid" else c.XID_FALLEN_OFF_BUS
             self._driver.inject_xid(fault.device, xid, max(fault.at_s, elapsed))
-        if fault.kind != "xid":
+        if fault.kind == "hang_host":
+            self._host_hangs.append(fault)
+        elif fault.kind != "xid":
             with self._lock:
                 self._faults.add(fault, elapsed)
 
