@@ -162,7 +162,7 @@ class SqliteHistory:
     def _deadline(self) -> Deadline:
         deadline: Deadline | None = getattr(self._local, "deadline", None)
         if deadline is None:
-            deadline = self._local.deadline = Deadline()
+            deadline = self._local.deadline = Deadline(self.query_budget_s)
         return deadline
 
     @contextmanager

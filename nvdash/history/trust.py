@@ -34,16 +34,33 @@ OPTIONAL_TABLES = frozenset({"accounting"})
 
 
 class Deadline:
-    """When the statements of one connection must be done; ``math.inf`` while no budget is armed."""
+    """When the statement running on one connection must be done.
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    Each statement gets ``statement_s`` from its first step (SQLite's trace callback says when one starts), so
+    every read is bounded without its caller doing anything. A caller that reads a cursor bit by bit (an
+    export) arms an explicit :meth:`budget` around each bit instead: the time between bits is not counted.
+    """
+
+    def __init__(self, statement_s: float = QUERY_BUDGET_S, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
+        self.statement_s = statement_s
+        self._statement_until = math.inf
         self._until = math.inf
         self.budget_s = math.inf
 
+    def started(self, sql: str) -> None:
+        """SQLite's trace callback: a statement begins (``-- TRIGGER`` lines are parts of one, not new ones)."""
+        if not sql.startswith("--"):
+            self._statement_until = self._clock() + self.statement_s
+
     def expired(self) -> bool:
-        """Whether the armed budget is spent (SQLite's progress handler: true aborts the statement)."""
-        return self._clock() > self._until
+        """Whether the budget is spent (SQLite's progress handler: true aborts the statement)."""
+        until = self._until if self._until < math.inf else self._statement_until
+        return self._clock() > until
+
+    def spent_s(self) -> float:
+        """The budget that was exceeded, for the message."""
+        return self.budget_s if self._until < math.inf else self.statement_s
 
     @contextmanager
     def budget(self, seconds: float) -> Iterator[None]:
@@ -109,19 +126,31 @@ def guard(connection: sqlite3.Connection, path: Path, deadline: Deadline) -> Non
     if setlimit is not None:
         setlimit(SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     connection.set_progress_handler(deadline.expired, PROGRESS_EVERY)
-    with deadline.budget(QUERY_BUDGET_S):
-        check_schema(connection, path)
+    connection.set_trace_callback(deadline.started)
+    check_schema(connection, path)
 
 
-def readable_error(path: Path, error: Exception, deadline: Deadline) -> HistoryError:
+def readable_error(path: Path | str, error: Exception, deadline: Deadline | None = None) -> HistoryError:
     """A one-line error for a failed read: a spent budget, an oversized value, a damaged or crafted file."""
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
     if isinstance(error, sqlite3.OperationalError) and "interrupted" in text:
-        return HistoryError(f"reading history file {path} took longer than {deadline.budget_s:g} s and was "
-                            "stopped (a damaged or crafted file?)")
+        budget = f" than {deadline.spent_s():g} s" if deadline is not None else " than its time budget"
+        return HistoryError(f"reading history file {path} took longer{budget} and was stopped (a damaged or "
+                            "crafted file?)")
     if "too big" in text:
         return HistoryError(f"history file {path} holds a value over {MAX_VALUE_BYTES >> 20} MiB; refused")
-    return HistoryError(f"reading history file {path} failed: {text}")
+    return HistoryError(f"reading history file {path} failed: {text[:200]}")
+
+
+def file_of(connection: sqlite3.Connection) -> str:
+    """The file a connection reads (for messages), ``the history file`` when SQLite cannot say."""
+    try:
+        for _, name, file in connection.execute("PRAGMA database_list"):
+            if name == "main" and file:
+                return str(file)
+    except sqlite3.Error:
+        pass
+    return "the history file"
 
 
 def check_file(path: Path) -> None:
