@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -170,3 +172,30 @@ def test_odd_input_is_a_400_with_one_line_on_both_apis(week: Path) -> None:
         assert "5000 fields named" in body.decode()
         status, _, _ = _get(port, "/api/history.json?metric=power_w&range=1h&step=nan")
         assert status == 400
+
+
+def test_an_export_that_fails_midway_is_cut_off_not_passed_off_as_whole(week: Path, tmp_path: Path) -> None:
+    """A value nvdash refuses (over 16 MiB) 20,000 readings in: the answer has begun, so the connection ends
+    without the last chunk (the client sees an incomplete body) and the server logs one line."""
+    crafted = tmp_path / "midway.sqlite"
+    shutil.copyfile(week, crafted)
+    connection = sqlite3.connect(crafted, isolation_level=None)
+    try:
+        moment = connection.execute("SELECT t FROM gpu_raw ORDER BY t LIMIT 1 OFFSET 20000").fetchone()[0]
+        connection.execute("UPDATE gpu_raw SET utilization_pct = zeroblob(20000000) WHERE t = ? AND gpu = 0",
+                           (moment,))
+    finally:
+        connection.close()
+    with replay(crafted) as url:
+        port = int(url.rsplit(":", 1)[1])
+        client = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT_S)
+        try:
+            client.request("GET", "/export.csv?range=7d")
+            response = client.getresponse()
+            assert response.status == 200
+            with pytest.raises(http.client.IncompleteRead):
+                response.read()
+        finally:
+            client.close()
+        status, _, _ = _get(port, "/api/history.json?metric=power_w&range=1h")
+        assert status == 200

@@ -148,3 +148,18 @@ def test_a_statement_past_its_budget_is_stopped(tmp_path: Path) -> None:
     # The connection is still good afterwards, and a normal query is not cut short.
     assert len(recent_snapshots(history.connection(), 5)) == 5
     history.close()
+
+
+def test_an_endless_line_in_a_log_is_skipped_without_being_held(tmp_path: Path) -> None:
+    """A 50 MB line (no newline for 50 MB) is read in 64 KiB pieces and skipped as one bad line."""
+    log = tmp_path / "log.csv"
+    with log.open("w", encoding="utf-8") as file:
+        file.write("timestamp, index, utilization.gpu [%]\n2024/01/15 10:00:00.000, 0, 10 %\n")
+        piece = "9," * (1 << 20)
+        for _ in range(25):
+            file.write(piece)
+        file.write("\n2024/01/15 10:00:01.000, 0, 20 %\n")
+    done = run(["import", str(log), "--history", str(tmp_path / "h.sqlite")])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.strip() == f"nvdash: {log}:3: skipped: line longer than 64 KiB"
+    assert "imported 2 readings of 1 GPU" in done.stdout
