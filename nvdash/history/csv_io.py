@@ -239,12 +239,17 @@ def _open_output(path: str) -> IO[str]:
 
 
 def _read_lines(path: str) -> Iterator[str]:
-    """The lines of ``path`` (``-``: standard input) as they are read; a line is cut at
-    :data:`nvsmi_csv.MAX_LINE_CHARS` (the reader skips it as too long) so one endless line cannot fill memory."""
+    """The lines of ``path`` (``-``: standard input), opened now (a missing file fails before the history is
+    touched) and read as they are consumed; a line is cut at :data:`nvsmi_csv.MAX_LINE_CHARS` (the reader skips
+    it as too long) so one endless line cannot fill memory."""
     try:
         file: IO[str] = sys.stdin if path == "-" else open(path, encoding="utf-8-sig", errors="replace")  # noqa: SIM115
     except OSError as error:
         raise HistoryError(f"cannot read {path}: {error.strerror}") from None
+    return _lines_of(file, path)
+
+
+def _lines_of(file: IO[str], path: str) -> Iterator[str]:
     try:
         while True:
             try:
