@@ -33,7 +33,8 @@ def run_report(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         chosen = accounting_range(arguments, time.time())
     except RangeError as error:
         raise UsageError(str(error)) from None
-    report = make_report(AccountingBook(connection=history.connection), chosen, args.by)
+    with history.reading():  # each of the report's queries within the budget; a failed read is one line
+        report = make_report(AccountingBook(connection=history.connection), chosen, args.by)
     if args.format == "json":
         sys.stdout.write(json.dumps(report_json(report), indent=1) + "\n")
     elif args.format == "csv":

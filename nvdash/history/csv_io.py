@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import sqlite3
 import statistics
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -30,6 +32,7 @@ from nvdash.history.database import (
 from nvdash.history.query import SqliteHistory
 from nvdash.history.ranges import RangeError, TimeRange, resolve
 from nvdash.history.tiers import TIERS, register_functions, rollup
+from nvdash.history.trust import check_file
 from nvdash.history.writer import gpu_insert_sql
 from nvdash.sampling.records import GpuInfo, HostInfo, Inventory
 
@@ -37,6 +40,14 @@ DEFAULT_FIELDS = "timestamp,index,name,utilization.gpu,memory.used,temperature.g
 """The fields exported when none are named (a common nvidia-smi logging command's)."""
 SHOWN_ERRORS = 20
 """Bad lines listed one by one on import; the rest are counted."""
+BATCH_ROWS = 2000
+"""Rows read (export) or written (import) at a time: memory holds one batch, whatever the range or the log."""
+CHUNK_CHARS = 64 * 1024
+"""About this much CSV text is sent at a time by ``/export.csv``."""
+INTERVAL_SAMPLE = 10_000
+"""Distinct reading times an import looks at for the log's sampling interval (their median step)."""
+MAX_IDENTITIES = 4096
+"""GPU identities counted for an import's summary (a log of more is not one machine's)."""
 
 
 def _layout(text: str) -> tuple[bool, bool]:
@@ -47,8 +58,14 @@ def _layout(text: str) -> tuple[bool, bool]:
     return "noheader" not in parts, "nounits" not in parts
 
 
+MAX_FIELDS = 4 * len(nvsmi_csv.SUPPORTED_FIELDS)
+"""The most fields an export may name (a field may repeat, but not without end)."""
+
+
 def _fields(text: str) -> list[str]:
     fields = [part.strip() for part in (text or DEFAULT_FIELDS).split(",") if part.strip()]
+    if len(fields) > MAX_FIELDS:
+        raise ValueError(f"{len(fields)} fields named; at most {MAX_FIELDS}")
     for name in fields:
         nvsmi_csv.resolve_field(name)
     return fields
@@ -59,21 +76,39 @@ def _tier_value(name: str) -> str:
     return f"{name}_mean" if kind is Kind.GAUGE else f"{name}_max" if kind is Kind.COUNTER else f"{name}_or"
 
 
-def _rows(connection: sqlite3.Connection, start_s: float, end_s: float,
+def _batches(history: SqliteHistory, sql: str, parameters: Sequence[float]) -> Iterator[list[tuple[Any, ...]]]:
+    """The rows of ``sql`` in batches of :data:`BATCH_ROWS`, each fetched within the query budget; the
+    consumer's time between batches does not count."""
+    with history.reading() as connection:
+        cursor = connection.execute(sql, parameters)
+        batch = cursor.fetchmany(BATCH_ROWS)
+    while batch:
+        yield batch
+        with history.reading():
+            batch = cursor.fetchmany(BATCH_ROWS)
+
+
+def _first(history: SqliteHistory, sql: str, parameters: Sequence[float] = ()) -> Any:
+    with history.reading() as connection:
+        return connection.execute(sql, parameters).fetchone()[0]
+
+
+def _rows(history: SqliteHistory, start_s: float, end_s: float,
           gpus: Sequence[int] | None) -> Iterator[tuple[float, int, dict[str, Any]]]:
     """``(time, gpu, values)`` in time order: bucket means before the oldest raw reading, raw readings after."""
     columns = gpu_raw_columns()
     where = "" if gpus is None else f" AND gpu IN ({', '.join(str(int(gpu)) for gpu in gpus)})"
-    raw_first = connection.execute("SELECT min(t) FROM gpu_raw").fetchone()[0]
+    raw_first = _first(history, "SELECT min(t) FROM gpu_raw")
     covered = end_s if raw_first is None else min(end_s, raw_first)
     if covered > start_s:
-        yield from _tier_rows(connection, start_s, covered, where)
+        yield from _tier_rows(history, start_s, covered, where)
     query = f"SELECT t, gpu, {', '.join(columns)} FROM gpu_raw WHERE t >= ? AND t <= ?{where} ORDER BY t, gpu"
-    for row in connection.execute(query, (start_s, end_s)):
-        yield row[0], row[1], dict(zip(columns, row[2:], strict=True))
+    for batch in _batches(history, query, (start_s, end_s)):
+        for row in batch:
+            yield row[0], row[1], dict(zip(columns, row[2:], strict=True))
 
 
-def _tier_rows(connection: sqlite3.Connection, start_s: float, end_s: float,
+def _tier_rows(history: SqliteHistory, start_s: float, end_s: float,
                where: str) -> Iterator[tuple[float, int, dict[str, Any]]]:
     """The finest tier's bucket means over ``[start_s, end_s)``, each tier filling what the finer one lacks."""
     columns = gpu_raw_columns()
@@ -83,7 +118,7 @@ def _tier_rows(connection: sqlite3.Connection, start_s: float, end_s: float,
     for tier in TIERS:
         if stop <= start_s:
             break
-        first = connection.execute(f"SELECT min(t) FROM gpu_{tier.name} WHERE t >= ?", (start_s,)).fetchone()[0]
+        first = _first(history, f"SELECT min(t) FROM gpu_{tier.name} WHERE t >= ?", (start_s,))
         if first is None or first + tier.step_s > stop:
             continue
         pieces.append((tier.name, tier.step_s, first, stop))
@@ -91,22 +126,37 @@ def _tier_rows(connection: sqlite3.Connection, start_s: float, end_s: float,
     # Only whole buckets before the finer data: a bucket overlapping raw readings is not written twice.
     for name, step, first, last in reversed(pieces):
         query = f"SELECT t, gpu, {select} FROM gpu_{name} WHERE t >= ? AND t <= ?{where} ORDER BY t, gpu"
-        for row in connection.execute(query, (first, last - step)):
-            yield row[0], row[1], dict(zip(columns, row[2:], strict=True))
+        for batch in _batches(history, query, (first, last - step)):
+            for row in batch:
+                yield row[0], row[1], dict(zip(columns, row[2:], strict=True))
 
 
-def export_lines(connection: sqlite3.Connection, inventory: Inventory | None, chosen: TimeRange, *,
-                 fields_text: str, layout: str, gpus: Sequence[int] | None) -> Iterator[str]:
-    """The CSV lines (without line ends) of the history over ``chosen``; raises ``ValueError`` for bad options."""
+def export_lines(history: SqliteHistory, chosen: TimeRange, *, fields_text: str, layout: str,
+                 gpus: Sequence[int] | None) -> Iterator[str]:
+    """The CSV lines (without line ends) of the history over ``chosen``, read in batches as they are consumed.
+
+    Raises ``ValueError`` for bad options before the first line, and a one-line ``HistoryError`` for a file
+    that cannot be read (a query past its budget, a value that is not a number)."""
     fields = _fields(fields_text)
     header, units = _layout(layout)
+    return _export_lines(history, chosen, fields, header=header, units=units, gpus=gpus)
+
+
+def _export_lines(history: SqliteHistory, chosen: TimeRange, fields: list[str], *, header: bool, units: bool,
+                  gpus: Sequence[int] | None) -> Iterator[str]:
+    inventory = history.inventory()
     infos = {gpu.index: gpu for gpu in inventory.gpus} if inventory is not None else {}
     driver = inventory.driver_version if inventory is not None else None
     if header:
         yield nvsmi_csv.format_header(fields, units=True)
-    for time_s, gpu, values in _rows(connection, chosen.start_s, chosen.end_s, gpus):
-        info = infos.get(gpu) or _unknown_gpu(gpu)
-        yield nvsmi_csv.format_row(fields, time_s, info, values, driver, units=units)
+    for time_s, gpu, values in _rows(history, chosen.start_s, chosen.end_s, gpus):
+        try:
+            info = infos.get(gpu) or _unknown_gpu(int(gpu))
+            line = nvsmi_csv.format_row(fields, time_s, info, values, driver, units=units)
+        except (ValueError, TypeError, OverflowError, OSError) as error:
+            raise HistoryError(f"history file {history.path} holds a reading nvdash cannot write at t={time_s!r} "
+                               f"({error})") from None
+        yield line
 
 
 def _unknown_gpu(index: int) -> GpuInfo:
@@ -114,16 +164,30 @@ def _unknown_gpu(index: int) -> GpuInfo:
                    pcie_max_bytes_per_s=None, nvlink_links=0, nvlink_max_bytes_per_s=None)
 
 
-def export_text(history: Any, chosen: TimeRange, fields: str, layout: str, gpus: list[int] | None) -> str:
-    """The whole export as one string (for ``/export.csv``); ``history`` is the server's history runtime."""
-    backend = SqliteHistory(history.path)
-    connection = backend.connection()
+def export_chunks(path: Path, chosen: TimeRange, fields: str, layout: str,
+                  gpus: list[int] | None) -> Iterator[str]:
+    """The export of the history at ``path`` as text chunks of about :data:`CHUNK_CHARS` (for ``/export.csv``,
+    which sends each as it comes). Options are checked before the first chunk; the file is read through its
+    own connection, closed when the chunks end or are closed."""
+    history = SqliteHistory(path)
+    lines = export_lines(history, chosen, fields_text=fields, layout=layout, gpus=gpus)
+    return _chunks(history, lines)
+
+
+def _chunks(history: SqliteHistory, lines: Iterator[str]) -> Iterator[str]:
     try:
-        lines = list(export_lines(connection, backend.inventory(), chosen, fields_text=fields, layout=layout,
-                                  gpus=gpus))
+        pending: list[str] = []
+        size = 0
+        for line in lines:
+            pending.append(line + "\n")
+            size += len(line) + 1
+            if size >= CHUNK_CHARS:
+                yield "".join(pending)
+                pending, size = [], 0
+        if pending:
+            yield "".join(pending)
     finally:
-        connection.close()
-    return "".join(line + "\n" for line in lines)
+        history.close()
 
 
 def _history_path(value: str | None, environ: Mapping[str, str]) -> Path:
@@ -154,15 +218,11 @@ def run_export(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         except ValueError:
             raise UsageError(f"--id must be GPU indices separated by commas, not {args.gpus!r}") from None
     try:
-        lines = export_lines(history.connection(), history.inventory(), chosen, fields_text=args.query_gpu or "",
-                             layout=args.format, gpus=gpus)
-        first = next(lines, None)
+        lines = export_lines(history, chosen, fields_text=args.query_gpu or "", layout=args.format, gpus=gpus)
     except ValueError as error:
         raise UsageError(str(error)) from None
     output: IO[str] = sys.stdout if args.output == "-" else _open_output(args.output)
     try:
-        if first is not None:
-            output.write(first + "\n")
         for line in lines:
             output.write(line + "\n")
     finally:
@@ -178,93 +238,159 @@ def _open_output(path: str) -> IO[str]:
         raise HistoryError(f"cannot write {path}: {error.strerror}") from None
 
 
-def _read_lines(path: str) -> list[str]:
-    if path == "-":
-        return sys.stdin.read().splitlines()
+def _read_lines(path: str) -> Iterator[str]:
+    """The lines of ``path`` (``-``: standard input), opened now (a missing file fails before the history is
+    touched) and read as they are consumed; a line is cut at :data:`nvsmi_csv.MAX_LINE_CHARS` (the reader skips
+    it as too long) so one endless line cannot fill memory."""
     try:
-        with open(path, encoding="utf-8-sig", errors="replace") as file:
-            return file.read().splitlines()
+        file: IO[str] = sys.stdin if path == "-" else open(path, encoding="utf-8-sig", errors="replace")  # noqa: SIM115
     except OSError as error:
         raise HistoryError(f"cannot read {path}: {error.strerror}") from None
+    return _lines_of(file, path)
 
 
-def _inventory(parsed: nvsmi_csv.ParsedLog, indices: Mapping[str, int], source: str) -> Inventory:
-    """GPUs as the log names them (name, UUID, bus id, memory total), for the import's session."""
-    seen: dict[int, dict[str, Any]] = {}
-    driver = None
-    for row in parsed.rows:
-        index = _index(row, indices)
-        entry = seen.setdefault(index, {})
+def _lines_of(file: IO[str], path: str) -> Iterator[str]:
+    try:
+        while True:
+            try:
+                line = file.readline(nvsmi_csv.MAX_LINE_CHARS)
+                if len(line) == nvsmi_csv.MAX_LINE_CHARS and not line.endswith("\n"):
+                    while (rest := file.readline(nvsmi_csv.MAX_LINE_CHARS)) and not rest.endswith("\n"):
+                        pass
+            except OSError as error:
+                raise HistoryError(f"cannot read {path}: {error.strerror}") from None
+            if not line:
+                return
+            yield line
+    finally:
+        if file is not sys.stdin:
+            file.close()
+
+
+@dataclass
+class _Tally:
+    """What an import learnt from the rows it has seen (bounded: per GPU, and a sample of the times)."""
+
+    indices: dict[str, int] = field(default_factory=dict)
+    """For logs without ``index``: each UUID (or bus id) numbered in order of first appearance."""
+    gpus: dict[int, dict[str, Any]] = field(default_factory=dict)
+    driver: str | None = None
+    first_s: float = math.inf
+    last_s: float = -math.inf
+    times: list[float] = field(default_factory=list)
+    """The first :data:`INTERVAL_SAMPLE` distinct reading times, for the sampling interval."""
+    identities: set[tuple[int | None, str | None, str | None]] = field(default_factory=set)
+    rows: int = 0
+
+    def index(self, row: nvsmi_csv.LogRow) -> int:
+        if row.index is not None:
+            return row.index
+        key = row.uuid or row.pci_bus_id or ""
+        return self.indices.setdefault(key, len(self.indices))
+
+    def add(self, row: nvsmi_csv.LogRow, index: int) -> None:
+        self.rows += 1
+        entry = self.gpus.setdefault(index, {})
         entry.setdefault("name", row.name)
         entry.setdefault("uuid", row.uuid)
         entry.setdefault("pci_bus_id", row.pci_bus_id)
         if row.values.get("memory_total_bytes") is not None:
             entry["memory_total_bytes"] = row.values["memory_total_bytes"]
-        driver = driver or row.driver_version
-    gpus = tuple(
-        GpuInfo(index=index, name=entry.get("name") or f"GPU {index}", uuid=entry.get("uuid") or "",
-                memory_total_bytes=entry.get("memory_total_bytes"), pcie_generation=None, pcie_width=None,
-                pcie_max_bytes_per_s=None, nvlink_links=0, nvlink_max_bytes_per_s=None,
-                pci_bus_id=entry.get("pci_bus_id") or "")
-        for index, entry in sorted(seen.items()))
-    return Inventory(host=HostInfo(hostname=source, cpu_count=0, memory_total_bytes=0), gpus=gpus,
-                     driver_version=driver)
+        self.driver = self.driver or row.driver_version
+        self.first_s, self.last_s = min(self.first_s, row.time_s), max(self.last_s, row.time_s)
+        if len(self.times) < INTERVAL_SAMPLE and (not self.times or self.times[-1] != row.time_s):
+            self.times.append(row.time_s)
+        if len(self.identities) < MAX_IDENTITIES:
+            self.identities.add((row.index, row.uuid, row.pci_bus_id))
+
+    def interval_s(self) -> float:
+        times = sorted(set(self.times))
+        return statistics.median([b - a for a, b in itertools.pairwise(times)]) if len(times) > 1 else 1.0
+
+    def inventory(self, source: str) -> Inventory:
+        """GPUs as the log names them (name, UUID, bus id, memory total), for the import's session."""
+        gpus = tuple(
+            GpuInfo(index=index, name=entry.get("name") or f"GPU {index}", uuid=entry.get("uuid") or "",
+                    memory_total_bytes=entry.get("memory_total_bytes"), pcie_generation=None, pcie_width=None,
+                    pcie_max_bytes_per_s=None, nvlink_links=0, nvlink_max_bytes_per_s=None,
+                    pci_bus_id=entry.get("pci_bus_id") or "")
+            for index, entry in sorted(self.gpus.items()))
+        return Inventory(host=HostInfo(hostname=source, cpu_count=0, memory_total_bytes=0), gpus=gpus,
+                         driver_version=self.driver)
 
 
-def _index_map(rows: Iterable[nvsmi_csv.LogRow]) -> dict[str, int]:
-    """For logs without ``index``: each UUID (or bus id) numbered in order of first appearance."""
-    keys: dict[str, int] = {}
-    for row in rows:
-        key = row.uuid or row.pci_bus_id
-        if row.index is None and key and key not in keys:
-            keys[key] = len(keys)
-    return keys
+@dataclass
+class ImportResult:
+    """What an import did: readings added and already there, the reader (fields, bad lines) and the tally."""
 
-
-def _index(row: nvsmi_csv.LogRow, indices: Mapping[str, int]) -> int:
-    if row.index is not None:
-        return row.index
-    return indices[row.uuid or row.pci_bus_id or ""]
+    added: int
+    present: int
+    reader: nvsmi_csv.LogReader
+    tally: _Tally
 
 
 def _when(time_s: float) -> str:
     return datetime.fromtimestamp(time_s).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def import_log(path: Path, lines: Sequence[str], source: str) -> tuple[int, int, nvsmi_csv.ParsedLog]:
-    """Add a log's readings to the history at ``path``; returns ``(added, already there, parsed log)``."""
-    parsed = nvsmi_csv.parse_csv(lines)
-    if not parsed.rows:
-        return 0, 0, parsed
-    indices = _index_map(parsed.rows)
-    columns = gpu_raw_columns()
-    rows = [(row.time_s, _index(row, indices), *[row.values.get(name) for name in columns[1:]], None)
-            for row in parsed.rows]
-    rows = [(row[0], row[1], 0, *row[2:]) for row in rows]
-    times = sorted({row.time_s for row in parsed.rows})
-    interval = statistics.median([b - a for a, b in itertools.pairwise(times)]) if len(times) > 1 else 1.0
+def import_batches(path: Path, lines: Iterable[str], source: str, max_errors: int | None = None) -> ImportResult:
+    """Add a log's readings to the history at ``path``, reading and inserting :data:`BATCH_ROWS` at a time
+    (in one transaction): memory holds one batch, whatever the log's length. Raises ``ValueError`` for a log
+    without a header (nothing is written then)."""
+    reader = nvsmi_csv.LogReader(max_errors=max_errors)
+    tally = _Tally()
+    check_file(path)
     lock = lock_for_writing(path)
     try:
         connection = open_database(path)
         register_functions(connection)
         try:
-            with transaction(connection):
-                before = connection.total_changes
-                connection.executemany(gpu_insert_sql(), rows)
-                added = connection.total_changes - before
-                inventory = inventory_json.dumps(_inventory(parsed, indices, source))
-                known = connection.execute("SELECT 1 FROM sessions WHERE source = ? AND inventory = ?",
-                                           (source, inventory)).fetchone()
-                if known is None:
-                    connection.execute(
-                        "INSERT INTO sessions (started_s, source, interval_s, inventory) VALUES (?, ?, ?, ?)",
-                        (times[0], source, interval, inventory))
-                rollup(connection, times[0], times[-1])
+            added = _insert(connection, reader.rows(lines), tally, source)
         finally:
             connection.close()
     finally:
         lock.release()
-    return added, len(rows) - added, parsed
+    return ImportResult(added, tally.rows - added, reader, tally)
+
+
+def _insert(connection: sqlite3.Connection, rows: Iterator[nvsmi_csv.LogRow], tally: _Tally, source: str) -> int:
+    columns = gpu_raw_columns()[1:]
+    sql = gpu_insert_sql()
+    added = 0
+    with transaction(connection):
+        for chunk in _batched(rows):
+            batch = []
+            for row in chunk:
+                index = tally.index(row)
+                tally.add(row, index)
+                batch.append((row.time_s, index, 0, *[row.values.get(name) for name in columns], None))
+            before = connection.total_changes
+            connection.executemany(sql, batch)
+            added += connection.total_changes - before
+        if not tally.rows:
+            return 0
+        inventory = inventory_json.dumps(tally.inventory(source))
+        known = connection.execute("SELECT 1 FROM sessions WHERE source = ? AND inventory = ?",
+                                   (source, inventory)).fetchone()
+        if known is None:
+            connection.execute("INSERT INTO sessions (started_s, source, interval_s, inventory) VALUES (?, ?, ?, ?)",
+                               (tally.first_s, source, tally.interval_s(), inventory))
+        rollup(connection, tally.first_s, tally.last_s)
+    return added
+
+
+def _batched(rows: Iterator[nvsmi_csv.LogRow]) -> Iterator[tuple[nvsmi_csv.LogRow, ...]]:
+    while chunk := tuple(itertools.islice(rows, BATCH_ROWS)):
+        yield chunk
+
+
+def import_log(path: Path, lines: Iterable[str], source: str) -> tuple[int, int, nvsmi_csv.ParsedLog]:
+    """Add a log's readings to the history at ``path``; returns ``(added, already there, what was read)`` (the
+    parsed log without its rows: they were written, not kept)."""
+    result = import_batches(path, lines, source)
+    reader = result.reader
+    return result.added, result.present, nvsmi_csv.ParsedLog(fields=reader.fields, errors=reader.errors,
+                                                              ignored_fields=reader.ignored_fields)
 
 
 def run_import(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -275,27 +401,26 @@ def run_import(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     lines = _read_lines(args.file)
     name = "standard input" if args.file == "-" else Path(args.file).name
     try:
-        added, present, parsed = import_log(path, lines, f"import:{name}")
+        result = import_batches(path, lines, f"import:{name}", max_errors=SHOWN_ERRORS)
     except ValueError as error:
         raise UsageError(f"{args.file}: {error}") from None
     except HistoryLocked as error:
         raise HistoryError(f"{error}: stop it first, or import into another file with --history and replay "
                            "that") from None
-    for number, reason in parsed.errors[:SHOWN_ERRORS]:
+    reader, tally = result.reader, result.tally
+    for number, reason in reader.errors:
         print(f"nvdash: {args.file}:{number}: skipped: {reason}", file=sys.stderr)
-    if len(parsed.errors) > SHOWN_ERRORS:
-        print(f"nvdash: ... and {len(parsed.errors) - SHOWN_ERRORS} more lines skipped", file=sys.stderr)
-    if parsed.ignored_fields:
-        print(f"nvdash: fields nvdash does not keep were ignored: {', '.join(parsed.ignored_fields)}",
+    if reader.error_count > len(reader.errors):
+        print(f"nvdash: ... and {reader.error_count - len(reader.errors)} more lines skipped", file=sys.stderr)
+    if reader.ignored_fields:
+        print(f"nvdash: fields nvdash does not keep were ignored: {', '.join(reader.ignored_fields)}",
               file=sys.stderr)
-    if not parsed.rows:
-        print(f"nvdash: error: {args.file}: no readable reading ({len(parsed.errors)} lines skipped)",
+    if not tally.rows:
+        print(f"nvdash: error: {args.file}: no readable reading ({reader.error_count} lines skipped)",
               file=sys.stderr)
         return 1
-    first = min(row.time_s for row in parsed.rows)
-    last = max(row.time_s for row in parsed.rows)
-    gpus = len({(row.index, row.uuid, row.pci_bus_id) for row in parsed.rows})
-    print(f"nvdash: imported {added} readings of {gpus} GPU{'s' if gpus != 1 else ''} "
-          f"({_when(first)} to {_when(last)}) into {path}; {present} already there; "
-          f"{len(parsed.errors)} lines skipped")
+    gpus = len(tally.identities)
+    print(f"nvdash: imported {result.added} readings of {gpus} GPU{'s' if gpus != 1 else ''} "
+          f"({_when(tally.first_s)} to {_when(tally.last_s)}) into {path}; {result.present} already there; "
+          f"{reader.error_count} lines skipped")
     return 0

@@ -29,9 +29,10 @@ What nvidia-smi writes (its ``--help-query-gpu`` text and logs from drivers 515 
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from enum import Enum
@@ -295,44 +296,84 @@ class _Section:
     skipped: int = 0
 
 
-def parse_csv(lines: Iterable[str], tz: tzinfo | None = None) -> ParsedLog:
-    """Read an nvidia-smi ``--query-gpu`` CSV log (with or without units); timestamps are local, or in ``tz``.
+MAX_LINE_CHARS = 64 * 1024
+"""A line longer than this is skipped as bad (nvidia-smi's longest, every field queried, is under 2 KiB)."""
 
-    Every header line starts a section with its own fields. Bad lines are recorded in ``errors`` and skipped.
-    Raises ``ValueError`` when the input has no header at all (a log written with ``noheader``).
+
+class LogReader:
+    """Reads an nvidia-smi log line by line, yielding its rows as it goes: memory stays that of one line, whatever
+    the log's length. The fields, the first ``max_errors`` bad lines and their count are kept on the reader.
     """
-    log = ParsedLog()
-    section: _Section | None = None
-    early: list[int] = []
-    for number, raw in enumerate(lines, start=1):
-        text = raw.rstrip("\r\n")
-        if number == 1:
-            text = text.lstrip("\ufeff")
-        if not text.strip():
-            continue
-        cells = [cell.strip() for cell in text.split(",")]
-        header = _header_fields(cells)
-        if header is not None:
-            _close(section, log)
-            section = _open(number, cells, header, log)
-            continue
+
+    def __init__(self, tz: tzinfo | None = None, max_errors: int | None = None) -> None:
+        self.tz = tz
+        self.max_errors = max_errors
+        self.fields: list[str] = []
+        self.ignored_fields: list[str] = []
+        self.errors: list[tuple[int, str]] = []
+        """The first ``max_errors`` bad lines, by line number: (1-based line number, one-line reason)."""
+        self.error_count = 0
+        self.header_seen = False
+
+    def _error(self, number: int, reason: str) -> None:
+        self.error_count += 1
+        bisect.insort(self.errors, (number, reason), key=lambda error: error[0])
+        if self.max_errors is not None and len(self.errors) > self.max_errors:
+            self.errors.pop()
+
+    def rows(self, lines: Iterable[str]) -> Iterator[LogRow]:
+        """The good rows of ``lines``, in order. Every header line starts a section with its own fields; bad lines
+        are recorded and skipped. Raises ``ValueError`` at the end when there was no header at all (a log written
+        with ``noheader``)."""
+        log = ParsedLog(fields=self.fields, ignored_fields=self.ignored_fields)
+        section: _Section | None = None
+        for number, raw in enumerate(lines, start=1):
+            if len(raw) >= MAX_LINE_CHARS:
+                self._error(number, f"line longer than {MAX_LINE_CHARS // 1024} KiB")
+                continue
+            text = raw.rstrip("\r\n")
+            if number == 1:
+                text = text.lstrip("\ufeff")
+            if not text.strip():
+                continue
+            cells = [cell.strip() for cell in text.split(",")]
+            header = _header_fields(cells)
+            if header is not None:
+                self._close(section)
+                section = _open(number, cells, header, log)
+                self.header_seen = True
+                continue
+            if section is None:
+                self._error(number, "line before the first header")
+                continue
+            if section.problem is not None:
+                section.skipped += 1
+                continue
+            try:
+                row = _row(number, cells, section, self.tz)
+            except _BadValue as error:
+                self._error(number, str(error))
+                continue
+            yield row
+        self._close(section)
         if section is None:
-            early.append(number)
-            continue
-        if section.problem is not None:
-            section.skipped += 1
-            continue
-        try:
-            log.rows.append(_row(number, cells, section, tz))
-        except _BadValue as error:
-            log.errors.append((number, str(error)))
-    _close(section, log)
-    if section is None:
-        raise ValueError("no nvidia-smi header: the log must start with the header line of "
-                         "--query-gpu=... --format=csv (it was written with noheader, or is not such a log)")
-    log.errors[:0] = [(number, "line before the first header") for number in early]
-    log.errors.sort(key=lambda error: error[0])
-    return log
+            raise ValueError("no nvidia-smi header: the log must start with the header line of "
+                             "--query-gpu=... --format=csv (it was written with noheader, or is not such a log)")
+
+    def _close(self, section: _Section | None) -> None:
+        if section is not None and section.problem is not None:
+            self._error(section.line, f"{section.problem}; its {section.skipped} line(s) skipped")
+
+
+def parse_csv(lines: Iterable[str], tz: tzinfo | None = None) -> ParsedLog:
+    """Read a whole nvidia-smi ``--query-gpu`` CSV log (with or without units); timestamps are local, or in ``tz``.
+
+    Bad lines are recorded in ``errors`` and skipped. Raises ``ValueError`` when the input has no header at all.
+    :class:`LogReader` reads a log of any length without holding it.
+    """
+    reader = LogReader(tz)
+    rows = list(reader.rows(lines))
+    return ParsedLog(fields=reader.fields, rows=rows, errors=reader.errors, ignored_fields=reader.ignored_fields)
 
 
 def _header_fields(cells: list[str]) -> list[str] | None:
@@ -366,11 +407,6 @@ def _open(number: int, cells: list[str], names: list[str], log: ParsedLog) -> _S
     elif not present & {"index", "uuid", "pci_bus_id"}:
         problem = "header has none of index, uuid, pci.bus_id"
     return _Section(number, columns, problem)
-
-
-def _close(section: _Section | None, log: ParsedLog) -> None:
-    if section is not None and section.problem is not None:
-        log.errors.append((section.line, f"{section.problem}; its {section.skipped} line(s) skipped"))
 
 
 def _row(number: int, cells: list[str], section: _Section, tz: tzinfo | None) -> LogRow:

@@ -14,7 +14,8 @@ import itertools
 import math
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +27,7 @@ from nvdash.history import inventory_json
 from nvdash.history.catalog import METRICS, Metric, Scope
 from nvdash.history.database import HistoryError, open_database
 from nvdash.history.tiers import TIERS, aggregates, register_functions
+from nvdash.history.trust import QUERY_BUDGET_S, Deadline, guard, readable_error
 from nvdash.sampling.records import GpuEvent, Inventory
 
 FloatArray = npt.NDArray[np.float64]
@@ -125,10 +127,12 @@ class _Source:
 
 
 class SqliteHistory:
-    """Queries over a history file; each thread reads through its own read-only connection."""
+    """Queries over a history file; each thread reads through its own read-only, guarded connection (see
+    :mod:`nvdash.history.trust`): each query ends within ``query_budget_s`` or fails with a ``HistoryError``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, query_budget_s: float = QUERY_BUDGET_S) -> None:
         self.path = path
+        self.query_budget_s = query_budget_s
         self._local = threading.local()
 
     def connection(self) -> sqlite3.Connection:
@@ -139,19 +143,48 @@ class SqliteHistory:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
             connection = open_database(self.path, read_only=True)
-            register_functions(connection)
+            try:
+                register_functions(connection)
+                guard(connection, self.path, self._deadline())
+            except BaseException:
+                connection.close()
+                raise
             self._local.connection = connection
         return connection
+
+    def close(self) -> None:
+        """Close this thread's connection (the next read opens a new one)."""
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is not None:
+            self._local.connection = None
+            connection.close()
+
+    def _deadline(self) -> Deadline:
+        deadline: Deadline | None = getattr(self._local, "deadline", None)
+        if deadline is None:
+            deadline = self._local.deadline = Deadline(self.query_budget_s)
+        return deadline
+
+    @contextmanager
+    def reading(self, budget_s: float | None = None) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, its statements inside bounded by ``budget_s`` (the query budget by
+        default); a failed read (a spent budget, an oversized value, a crafted file) is a one-line
+        ``HistoryError``."""
+        deadline = self._deadline()
+        try:
+            connection = self._connection()
+            with deadline.budget(self.query_budget_s if budget_s is None else budget_s):
+                yield connection
+        except (sqlite3.Error, ValueError, TypeError, OverflowError) as error:
+            raise readable_error(self.path, error, deadline) from None
 
     def describe(self) -> str:
         return f"file {self.path}"
 
     def _fetch(self, sql: str, parameters: Sequence[float | int] = ()) -> list[tuple[Any, ...]]:
-        """All rows of ``sql``; a damaged file is a one-line ``HistoryError``."""
-        try:
-            return self._connection().execute(sql, parameters).fetchall()
-        except sqlite3.DatabaseError as error:
-            raise HistoryError(f"reading history file {self.path} failed: {error}") from None
+        """All rows of ``sql``; a damaged file or a query past its budget is a one-line ``HistoryError``."""
+        with self.reading() as connection:
+            return connection.execute(sql, parameters).fetchall()
 
     def raw_interval_s(self) -> float:
         """The newest session's sampling interval (the raw resolution), 1 s when unknown."""
@@ -166,7 +199,10 @@ class SqliteHistory:
     def inventory(self) -> Inventory | None:
         """The newest session's inventory."""
         text = self.inventory_text()
-        return None if text is None else inventory_json.loads(text)
+        try:
+            return None if text is None else inventory_json.loads(text)
+        except ValueError as error:
+            raise HistoryError(f"history file {self.path} holds an unreadable inventory ({error})") from None
 
     def extent(self) -> tuple[float, float] | None:
         oldest: list[float] = []

@@ -28,6 +28,8 @@ def parse_duration(text: str, units: str = "smhdw") -> float:
     seconds = float(match.group(1)) * _UNITS[match.group(2)]
     if seconds <= 0:
         raise RangeError(f"{text!r} is not a positive duration")
+    if seconds > LATEST_S:
+        raise RangeError(f"{text[:40]!r} is longer than all time (1970 to 9999)")
     return seconds
 
 

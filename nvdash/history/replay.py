@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import sqlite3
 from collections import defaultdict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from nvdash.history.catalog import METRICS as _METRICS
 from nvdash.history.catalog import Kind, gpu_raw_columns, host_raw_columns
+from nvdash.history.database import HistoryError
+from nvdash.history.trust import file_of, readable_error
 from nvdash.sampling.records import GpuEvent, GpuSample, HostSample, Snapshot
+
+T = TypeVar("T")
 
 _BOOLEAN = frozenset(name for name in gpu_raw_columns() if _METRICS[name].kind is Kind.BITS
                      and name != "clock_event_reasons")
@@ -39,8 +44,22 @@ def gpu_sample(index: int, values: dict[str, Any], error: str | None = None) -> 
     return GpuSample(index=index, error=error, **fields)
 
 
+def _readable(connection: sqlite3.Connection, read: Callable[[], T]) -> T:
+    """``read()``, a failure (a query past its budget, a value of the wrong type) as a one-line ``HistoryError``."""
+    try:
+        return read()
+    except HistoryError:
+        raise
+    except (sqlite3.Error, ValueError, TypeError, OverflowError) as error:
+        raise readable_error(file_of(connection), error) from None
+
+
 def recent_snapshots(connection: sqlite3.Connection, limit: int) -> list[Snapshot]:
-    """The newest ``limit`` readings as snapshots, oldest first."""
+    """The newest ``limit`` readings as snapshots, oldest first; raises a one-line ``HistoryError``."""
+    return _readable(connection, lambda: _recent_snapshots(connection, limit))
+
+
+def _recent_snapshots(connection: sqlite3.Connection, limit: int) -> list[Snapshot]:
     gpu_columns = gpu_raw_columns()
     host_columns = host_raw_columns()
     times = [row[0] for row in connection.execute(
@@ -63,7 +82,11 @@ def recent_snapshots(connection: sqlite3.Connection, limit: int) -> list[Snapsho
 
 
 def recent_events(connection: sqlite3.Connection, limit: int) -> list[GpuEvent]:
-    """The newest ``limit`` events, oldest first."""
+    """The newest ``limit`` events, oldest first; raises a one-line ``HistoryError``."""
+    return _readable(connection, lambda: _recent_events(connection, limit))
+
+
+def _recent_events(connection: sqlite3.Connection, limit: int) -> list[GpuEvent]:
     rows = connection.execute(
         "SELECT t, gpu, kind, message, severity, code, counter FROM events ORDER BY t DESC, id DESC LIMIT ?",
         (limit,)).fetchall()

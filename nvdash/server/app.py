@@ -29,13 +29,14 @@ from nvdash.apps.stale_banner import add_stale_banner
 from nvdash.cluster import ClusterRuntime
 from nvdash.freshness import STALE_MIN_S, Stale, iso_time, merge, stale_since
 from nvdash.health.status import evaluate
-from nvdash.history.csv_io import export_text
+from nvdash.history.csv_io import export_chunks
 from nvdash.sampling.host_source import interface_addresses
 from nvdash.sampling.sampler import Sampler
 from nvdash.server import gc_policy
 from nvdash.server.access import url_host
 from nvdash.server.accounting_api import AccountingCsvHandler, AccountingJsonHandler
 from nvdash.server.auth import Gate, TokenAuth, admitted
+from nvdash.server.export_gate import ExportGate
 from nvdash.server.history_api import ExportCsvHandler, HistoryJsonHandler, history_health
 from nvdash.server.history_setup import HistoryRuntime
 from nvdash.server.loop_monitor import LoopMonitor, scheduled_timers
@@ -308,7 +309,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         (r"/metrics", MetricsHandler, {"store": store, "counters": metrics.counters, "options": metrics.options,
                                         "token": settings.metrics_token, "accounting": runtime.accounting}),
         (r"/api/history\.json", HistoryJsonHandler, {"history": history}),
-        (r"/export\.csv", ExportCsvHandler, {"history": history, "export": export_text}),
+        (r"/export\.csv", ExportCsvHandler, {"history": history, "gate": ExportGate(), "export": export_chunks}),
         (r"/api/snapshot\.json", JsonHandler,
          {"produce": lambda _h: snapshot_json(store, idle=runtime.accounting.idle()[1])}),
         (r"/api/processes\.json", JsonHandler, {"produce": lambda _h: processes_json(store)}),

@@ -8,11 +8,14 @@ mean and max; ``null`` where nothing was recorded. A bad request is a 400 with a
 from __future__ import annotations
 
 import json
+import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from tornado.ioloop import IOLoop
+from tornado.iostream import StreamClosedError
 from tornado.web import RequestHandler
 
 from nvdash.history.catalog import METRICS
@@ -20,9 +23,12 @@ from nvdash.history.database import HistoryError
 from nvdash.history.query import HistoryResult
 from nvdash.history.ranges import RangeError, TimeRange, parse_duration, resolve
 from nvdash.server.auth import GuardedHandler
+from nvdash.server.export_gate import RETRY_AFTER_S, ExportBusy, ExportGate
 from nvdash.server.history_setup import HistoryRuntime
 
 DEFAULT_RANGE = "1h"
+
+log = logging.getLogger(__name__)
 
 
 class BadRequest(ValueError):
@@ -67,13 +73,28 @@ def request_range(handler: RequestHandler, now_s: float, default: str = DEFAULT_
     return chosen
 
 
+MAX_GPUS = 1024
+"""The most GPU indices a request may name (SQLite binds each as a parameter)."""
+
+
 def _gpus(text: str) -> list[int] | None:
     if not text:
         return None
+    parts = [part for part in text.split(",") if part.strip()]
+    if len(parts) > MAX_GPUS:
+        raise BadRequest(f"gpu names {len(parts)} GPUs; at most {MAX_GPUS}")
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        gpus = [int(part) for part in parts]
     except ValueError:
-        raise BadRequest(f"gpu must be GPU indices separated by commas, not {text!r}") from None
+        raise BadRequest(f"gpu must be GPU indices separated by commas, not {_short(text)}") from None
+    if any(not 0 <= gpu < MAX_GPUS for gpu in gpus):
+        raise BadRequest(f"gpu indices run from 0 to {MAX_GPUS - 1}, not {_short(text)}")
+    return gpus
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """``text`` quoted for a one-line message, cut to ``limit`` characters."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def _step(text: str) -> float | None:
@@ -130,38 +151,75 @@ class HistoryJsonHandler(GuardedHandler):
 
 
 class ExportCsvHandler(GuardedHandler):
-    """``GET /export.csv``: the history as an nvidia-smi CSV log (same options as ``nvdash export``)."""
+    """``GET /export.csv``: the history as an nvidia-smi CSV log (same options as ``nvdash export``), sent in
+    chunks as it is read, on the exports' own thread and in turn (see :mod:`nvdash.server.export_gate`)."""
 
-    def initialize(self, history: HistoryRuntime, export: Callable[[HistoryRuntime, TimeRange, str, str,
-                                                                    list[int] | None], str]) -> None:
+    def initialize(self, history: HistoryRuntime, gate: ExportGate,
+                   export: Callable[[Path, TimeRange, str, str, list[int] | None], Iterator[str]]) -> None:
         self._history = history
+        self._gate = gate
         self._export = export
+
+    def _refuse(self, status: int, message: str) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(f"{message}\n")
 
     async def get(self) -> None:
         history = self._history
-        if history.backend is None or history.path is None:
-            self.set_status(404)
-            self.finish(f"history is {history.status}\n")
+        path = history.path
+        if history.backend is None or path is None:
+            self._refuse(404, f"history is {history.status}")
             return
         try:
             chosen = request_range(self, history.clock())
             fields = self.get_query_argument("query-gpu", "") or self.get_query_argument("fields", "")
             layout = self.get_query_argument("format", "csv")
             gpus = _gpus(self.get_query_argument("gpu", ""))
-            text = await IOLoop.current().run_in_executor(
-                history.executor, lambda: self._export(history, chosen, fields, layout, gpus))
-        except (BadRequest, ValueError) as error:
-            self.set_status(400)
-            self.set_header("Content-Type", "text/plain; charset=utf-8")
-            self.finish(f"{error}\n")
+        except BadRequest as error:
+            self._refuse(400, str(error))
             return
+        try:
+            async with self._gate.turn():
+                await self._send(path, chosen, fields, layout, gpus)
+        except ExportBusy as error:
+            self.set_header("Retry-After", str(RETRY_AFTER_S))
+            self._refuse(503, str(error))
+
+    async def _send(self, path: Path, chosen: TimeRange, fields: str, layout: str, gpus: list[int] | None) -> None:
+        """Check the options and read the first chunk (a 400 or 503 is still possible), then stream the rest."""
+        chunks: Iterator[str] | None = None
+        try:
+            try:
+                chunks = await self._gate.run(lambda: self._export(path, chosen, fields, layout, gpus))
+                chunk = await self._gate.run(lambda: next(chunks, None))
+            except (BadRequest, ValueError) as error:
+                self._refuse(400, str(error))
+                return
+            except HistoryError as error:
+                self._refuse(503, str(error))
+                return
+            self.set_header("Content-Type", "text/csv; charset=utf-8")
+            self.set_header("Content-Disposition", 'attachment; filename="nvdash-export.csv"')
+            while chunk is not None:
+                self.write(chunk)
+                await self.flush()
+                chunk = await self._gate.run(lambda: next(chunks, None))
+            self.finish()
+        except StreamClosedError:
+            return  # the client went away: stop reading
         except HistoryError as error:
-            self.set_status(503)
-            self.finish(f"{error}\n")
-            return
-        self.set_header("Content-Type", "text/csv; charset=utf-8")
-        self.set_header("Content-Disposition", 'attachment; filename="nvdash-export.csv"')
-        self.finish(text)
+            # Part of the CSV is sent: end the connection without the last chunk, so that the client sees an
+            # incomplete answer rather than a short export that looks whole.
+            log.warning("export stopped: %s", error)
+            self.request.connection.close()  # type: ignore[union-attr]
+            self._finished = True
+        finally:
+            if chunks is not None:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    await self._gate.run(close)
 
 
 def history_health(history: HistoryRuntime) -> dict[str, Any]:

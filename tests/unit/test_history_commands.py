@@ -63,7 +63,7 @@ def test_command_errors_are_one_line(tmp_path: Path) -> None:
         (("export", "--history", str(history), "--query-gpu", "timestamp,fan.noise"), 2, "fan.noise"),
         (("export", "--history", str(history), "--format", "json"), 2, "is not csv"),
         (("export", "--history", str(tmp_path / "none.sqlite")), 1, "does not exist"),
-        (("import", str(tmp_path / "missing.csv"), "--history", str(history)), 1, "cannot read"),
+        (("import", str(tmp_path / "missing.csv"), "--history", str(tmp_path / "new.sqlite")), 1, "cannot read"),
     ]
     for args, status, message in cases:
         done = nvdash(*args)
@@ -72,3 +72,5 @@ def test_command_errors_are_one_line(tmp_path: Path) -> None:
         assert len(lines) == 1, done.stderr
         assert lines[0].startswith("nvdash: error: ")
         assert message in lines[0]
+    assert not (tmp_path / "none.sqlite").exists()
+    assert not (tmp_path / "new.sqlite").exists(), "an import of a missing log created the history file"

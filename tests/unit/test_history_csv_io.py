@@ -58,12 +58,10 @@ def write(path: Path, snapshots: Sequence[Snapshot], gpus: int, interval_s: floa
 
 def export(path: Path, chosen: TimeRange, fields: str, layout: str = "csv") -> list[str]:
     history = SqliteHistory(path)
-    connection = history.connection()
     try:
-        return list(export_lines(connection, history.inventory(), chosen, fields_text=fields, layout=layout,
-                                 gpus=None))
+        return list(export_lines(history, chosen, fields_text=fields, layout=layout, gpus=None))
     finally:
-        connection.close()
+        history.close()
 
 
 def rows(path: Path, sql: str) -> list[Any]:
