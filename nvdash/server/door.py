@@ -6,6 +6,7 @@
   token leaves the address bar, the history and the ``Referer``.
 - Headers on every answer: a ``Content-Security-Policy`` that lets only this origin frame the pages (the JupyterLab
   pane is served by Jupyter's proxy on Jupyter's origin, so it is this origin too), ``nosniff``, ``no-referrer``.
+- A path with a NUL character is a 400 (Bokeh's static files failed on it with a 500).
 - Limits on what a connection may cost: request bodies, buffers, idle and half-sent requests.
 - No log line carries a token (Tornado logs the URL of a refused or failed request).
 
@@ -15,6 +16,7 @@ It is installed once on the server's Tornado application (:func:`install`): its 
 from __future__ import annotations
 
 import logging
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +40,7 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
+NUL_IN_PATH = "a path cannot hold a NUL character"
 WRONG_HOST = ("this server answers only requests addressed to its own names and addresses; "
               "to reach it by another name, start it with --allow-host NAME")
 LOGGERS = ("tornado.access", "tornado.application", "tornado.general", "bokeh")
@@ -60,6 +63,15 @@ class WrongHost(RequestHandler):
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.set_header("Cache-Control", "no-store")
         self.finish(WRONG_HOST + "\n")
+
+
+class NulInPath(RequestHandler):
+    """Refuses a path with a NUL character (no file or route has one; the file system refuses it): 400."""
+
+    def prepare(self) -> None:
+        self.set_status(400)
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(NUL_IN_PATH + "\n")
 
 
 class DropToken(RequestHandler):
@@ -110,6 +122,8 @@ def install(server: Server, hosts: frozenset[str] | None, gate: Gate | None) -> 
     def find_handler(request: httputil.HTTPServerRequest, **kwargs: Any) -> httputil.HTTPMessageDelegate:
         if not allowed(request.headers.get("Host", "")):
             return application.get_handler_delegate(request, WrongHost)
+        if "\x00" in urllib.parse.unquote(request.path):
+            return application.get_handler_delegate(request, NulInPath)
         if gate is not None and _navigation(request) and _valid_query_token(request, gate):
             location = without_token(request.uri or "/")
             return application.get_handler_delegate(request, DropToken, {"gate": gate, "location": location})

@@ -91,10 +91,12 @@ ONCE_FAILED = ("/GPU-Details?gpu=%C2%B2", "/GPU-Details?from=0&to=1e18", "/Machi
                "/export.csv?from=1e15", "/api/accounting.json?range=1%0Bh", "/api/accounting.csv?range=1%0Bh",
                "/api/accounting.csv?range=1h%0A", "/GPU-Utilization?bokeh-session-id=",
                "/GPU-Utilization/autoload.js?bokeh-autoload-element=x&bokeh-session-id=",
-               "/GPU-Utilization/autoload.js?bokeh-autoload-element=x", "/GPU-Accounting?theme&gpus=0,1&range=1%0Bh")
+               "/GPU-Utilization/autoload.js?bokeh-autoload-element=x", "/GPU-Accounting?theme&gpus=0,1&range=1%0Bh",
+               "/GPU-Resources?bokeh-token=%5C", "/GPU-Memory/autoload.js?bokeh-autoload-element=x&bokeh-token=last",
+               "/GPU-Topology?bokeh-token=%CA%8D%0B", "/static/%00", "/static/js/%00bokeh.min.js")
 """Requests that once got a 500: a digit ``int`` cannot read, times no date can be written for, a duration with a
-control character (also in a download's file name), an empty Bokeh session id, the autoload script without an
-Origin."""
+control character (also in a download's file name), an empty Bokeh session id, a Bokeh session token that is not
+one, the autoload script without an Origin, a NUL in a static file's path."""
 ONCE_FAILED_HEADERS = ((("Bokeh-Session-Id", ""),), (("Bokeh-Session-Id", ""), ("Cookie", "bokeh-session-id=")),
                        (("Cookie", "bokeh-session-id="),))
 """Headers that once got a 500 on a dashboard's page and autoload script: an empty session id."""
