@@ -31,7 +31,7 @@ from nvdash.history.csv_io import export_text
 from nvdash.sampling.host_source import interface_addresses
 from nvdash.sampling.sampler import Sampler
 from nvdash.server import door, gc_policy
-from nvdash.server.access import host_of, url_host
+from nvdash.server.access import host_of, is_loopback, url_host
 from nvdash.server.accounting_api import AccountingCsvHandler, AccountingJsonHandler
 from nvdash.server.auth import Gate, TokenAuth, admitted, gate_of_server
 from nvdash.server.history_api import ExportCsvHandler, HistoryJsonHandler, history_health
@@ -120,8 +120,8 @@ def allowed_hosts(settings: Settings, addresses: Callable[[], list[str]] = inter
 
     Any, when a token is required (a request without it is refused anyway) or on a unix socket (no browser reaches
     one directly; Jupyter's proxy forwards the browser's own ``Host`` and checks it itself) or when told ``*``.
-    Otherwise the bound address, this machine's names and addresses when bound to a wildcard, ``--allow-host`` names
-    and the hosts of ``--allow-websocket-origin``.
+    Otherwise the bound address (every address of this machine when bound to a wildcard), this machine's names when
+    it listens beyond loopback, ``--allow-host`` names and the hosts of ``--allow-websocket-origin``.
     """
     if settings.token is not None or settings.unix_socket is not None:
         return None
@@ -131,10 +131,11 @@ def allowed_hosts(settings: Settings, addresses: Callable[[], list[str]] = inter
     if "*" in names:
         return None
     if settings.host in WILDCARD_HOSTS:
-        names |= {host_of(socket.gethostname()), host_of(socket.getfqdn())}
         names |= {host_of(url_host(address)) for address in addresses()}
     else:
         names.add(host_of(url_host(settings.host)))
+    if not is_loopback(settings.host):
+        names |= {host_of(socket.gethostname()), host_of(socket.getfqdn())}
     names.discard("")
     return frozenset(names)
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from nvdash.sampling.host_source import interface_addresses
+from nvdash.server.access import url_host
 from nvdash.server.door import WRONG_HOST
 from tests.conftest import NvdashServer, nvdash_server, wait_for
 from tests.server.test_auth import fetch, websocket
@@ -173,3 +175,11 @@ def test_idle_and_half_sent_requests_are_closed(local: NvdashServer) -> None:
     finally:
         for sock in sockets.values():
             sock.close()
+
+
+def test_on_every_address_without_a_token_this_machines_names_and_addresses_are_answered() -> None:
+    with nvdash_server(["--simulate", "t4", "--no-history", "--host", "0.0.0.0", "--no-token"]) as running:
+        own = [url_host(address) for address in interface_addresses()] + [socket.gethostname()]
+        for host in own:
+            assert fetch(running.url + "/index.json", {"Host": f"{host}:{running.port}"}).status == 200, host
+        assert fetch(running.url + "/index.json", {"Host": f"evil.example:{running.port}"}).status == 403

@@ -3,6 +3,8 @@ out of a URL and out of log lines, the allowed hosts from the settings, ``--allo
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from nvdash.cli import UsageError, parse_settings
@@ -59,7 +61,8 @@ def test_allowed_hosts_follow_the_bound_address_the_flags_and_the_token() -> Non
     assert local == frozenset({"127.0.0.1"})
     named = allowed_hosts(Settings(host="192.168.1.7", no_token=True, allow_hosts=("dash.example",),
                                    allow_websocket_origin=("proxy.example:443",)), addresses)
-    assert named == frozenset({"192.168.1.7", "dash.example", "proxy.example"})
+    assert named >= frozenset({"192.168.1.7", "dash.example", "proxy.example", host_of(socket.gethostname())})
+    assert "10.0.0.5" not in named
     wildcard = allowed_hosts(Settings(host="0.0.0.0", no_token=True), addresses)
     assert wildcard is not None
     assert {"10.0.0.5", "fd00::2"} <= wildcard
