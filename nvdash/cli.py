@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from nvdash.history.ranges import RangeError, parse_duration
 from nvdash.metrics.collector import GPU_LABELS, LABEL_FIELDS
 from nvdash.sampling.sampler import MIN_INTERVAL_S
+from nvdash.server.access import host_of
 from nvdash.settings import Settings
 
 ENV_SIMULATE = "NVDASH_SIMULATE"
@@ -26,6 +27,8 @@ ENV_HISTORY = "NVDASH_HISTORY"
 ENV_METRICS_TOKEN = "NVDASH_METRICS_TOKEN"
 ENV_JOB_MAPPING_DIR = "NVDASH_JOB_MAPPING_DIR"
 """The default of ``--job-mapping-dir`` (a node's setting, for servers the Jupyter proxy starts)."""
+ENV_CONNECTION_TIMEOUT = "NVDASH_CONNECTION_TIMEOUT"
+"""Seconds a connection may idle or take to send a request (default 60; tests use a short one)."""
 ENV_TOKEN = "NVDASH_TOKEN"
 """The dashboards' token: the default of ``--token`` (for a token kept in a Kubernetes Secret)."""
 COMMANDS = ("serve", "export", "import", "replay", "report")
@@ -56,6 +59,14 @@ def _add_server_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="HOST:PORT",
         help="a browser origin allowed to connect (repeatable; default: this server's own names and addresses)",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name the server answers to without a token besides this machine's own (repeatable; e.g. the name "
+        "of a reverse proxy); a request for any other name is refused",
     )
     parser.add_argument("--prefix", default="", help="URL prefix to serve under, e.g. /nvdash")
     parser.add_argument(
@@ -279,6 +290,26 @@ def _access(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, A
     return {"token": token, "no_token": bool(args.no_token), "certfile": args.certfile, "keyfile": args.keyfile}
 
 
+def _allow_hosts(names: Sequence[str]) -> tuple[str, ...]:
+    """``--allow-host`` values as the ``Host`` headers name them; a value that names no host is a usage error."""
+    hosts = []
+    for name in names:
+        host = "*" if name.strip() == "*" else host_of(name)
+        if not host:
+            raise UsageError(f"--allow-host must be a host name or address, not {name!r}")
+        hosts.append(host)
+    return tuple(hosts)
+
+
+def _connection_timeout(environ: Mapping[str, str] | None) -> float:
+    """``$NVDASH_CONNECTION_TIMEOUT`` seconds (tests use a short one) when a positive number, else the default."""
+    try:
+        value = float((environ or {}).get(ENV_CONNECTION_TIMEOUT, ""))
+    except ValueError:
+        return Settings().connection_timeout_s
+    return value if 0 < value < float("inf") else Settings().connection_timeout_s
+
+
 def _prometheus_url(value: str | None) -> str | None:
     if value is None:
         return None
@@ -334,6 +365,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         simulate=simulate,
         seed=args.seed,
         allow_websocket_origin=tuple(args.allow_websocket_origin),
+        allow_hosts=_allow_hosts(args.allow_host),
+        connection_timeout_s=_connection_timeout(environ),
         viewer_stall_timeout_s=_stall_timeout(args.viewer_stall_timeout),
         **_access(args, environ),
         prefix=_prefix(args.prefix),
@@ -364,6 +397,8 @@ def parse_replay(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         port=_port(args.port),
         unix_socket=_unix_socket(args.unix_socket),
         allow_websocket_origin=tuple(args.allow_websocket_origin),
+        allow_hosts=_allow_hosts(args.allow_host),
+        connection_timeout_s=_connection_timeout(environ),
         viewer_stall_timeout_s=_stall_timeout(args.viewer_stall_timeout),
         **_access(args, environ or {}),
         prefix=_prefix(args.prefix),

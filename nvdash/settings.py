@@ -23,6 +23,11 @@ class Settings:
     simulate: str | None = None
     seed: int = 0
     allow_websocket_origin: tuple[str, ...] = ()
+    allow_hosts: tuple[str, ...] = ()
+    """``--allow-host``: names besides this machine's own that a server without a token answers to (the ``Host``
+    of a request; ``*``: any)."""
+    connection_timeout_s: float = 60.0
+    """How long a connection may sit idle or take to send a request before it is closed."""
     token: str | None = None
     """The token the dashboards require (``--token`` / ``NVDASH_TOKEN``); the server generates one when it listens
     beyond loopback without one. ``None``: none given."""

@@ -12,7 +12,8 @@ PRESETS: tuple[str, ...] = ("30m", "1h", "6h", "12h", "24h", "2d", "7d")
 """The range control's choices besides Live and a custom from/to."""
 LIVE = "live"
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_DURATION = re.compile(r"\A *([0-9]+(?:\.[0-9]+)?) *([smhdw]) *\Z")
+"""ASCII digits and plain spaces only: a control character or another script's digit is not a duration."""
 
 
 class RangeError(ValueError):

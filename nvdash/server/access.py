@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import re
 import secrets
 import urllib.parse
 from collections.abc import Callable
@@ -125,3 +126,61 @@ def start_url(scheme: str, host: str, port: int, prefix: str, token: str | None)
     """The URL printed at start: the index page, with the token when one is required."""
     query = f"?token={urllib.parse.quote(token, safe='')}" if token else ""
     return f"{scheme}://{url_host(host)}:{port}{prefix}/{query}"
+
+
+def host_of(header: str) -> str:
+    """The name or address a ``Host`` header names, lower case, without port, brackets or a final dot.
+
+    ``""`` when the header cannot name a host (an unclosed bracket, a port that is not a number, spaces).
+    """
+    value = header.strip().lower()
+    if value.startswith("["):
+        name, bracket, rest = value[1:].partition("]")
+        port = rest.removeprefix(":") if rest.startswith(":") else None
+        if not bracket or not name or (rest and port is None):
+            return ""
+    else:
+        name, _, port = value.partition(":")
+        if ":" in port:
+            return ""
+    if port and not (port.isascii() and port.isdigit()):
+        return ""
+    name = name.rstrip(".")
+    if not name.isascii() or any(char.isspace() or ord(char) < 32 for char in name):
+        return ""
+    return name
+
+
+def host_allowed(header: str, names: frozenset[str]) -> bool:
+    """Whether a request with this ``Host`` header is addressed to a loopback name or address or to ``names``.
+
+    What a server without a token answers: a web page the user visits can point a name of its own at this
+    machine (DNS rebinding), but its requests then carry that name, not one of these.
+    """
+    name = host_of(header)
+    return bool(name) and (is_loopback(name) or name in names)
+
+
+def without_token(uri: str) -> str:
+    """``uri`` with its ``token=`` query arguments taken out, the others kept as they were written."""
+    path, mark, query = uri.partition("?")
+    if not mark:
+        return uri
+    kept = [part for part in query.split("&")
+            if urllib.parse.unquote_plus(part.partition("=")[0]) != "token"]
+    rest = "&".join(part for part in kept if part)
+    return f"{path}?{rest}" if rest else path
+
+
+_QUERY_PAIR = re.compile(r"(?<=[?&;])([^=&;?\s]*)=([^&;#\s'\"]*)")
+REDACTED = "[redacted]"
+
+
+def redact_tokens(text: str) -> str:
+    """``text`` with the value of every query argument whose name ends in ``token`` replaced by ``[redacted]``."""
+
+    def hide(match: re.Match[str]) -> str:
+        name = urllib.parse.unquote_plus(match.group(1)).strip().lower()
+        return f"{match.group(1)}={REDACTED}" if name.endswith("token") else match.group(0)
+
+    return _QUERY_PAIR.sub(hide, text)

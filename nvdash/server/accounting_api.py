@@ -7,6 +7,7 @@ A bad request is a 400 with a one-line error.
 from __future__ import annotations
 
 import json
+import re
 from concurrent.futures import Executor
 
 from tornado.ioloop import IOLoop
@@ -53,6 +54,14 @@ class AccountingJsonHandler(_AccountingHandler):
         self.finish(json.dumps(report_json(report)))
 
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def csv_filename(report: Report) -> str:
+    """The download's file name; characters a file name or a header should not hold become ``_``."""
+    return _UNSAFE.sub("_", f"nvdash-accounting-{report.by}-{report.range.label}") + ".csv"
+
+
 class AccountingCsvHandler(_AccountingHandler):
     """``GET /api/accounting.csv``: the rows as a CSV download."""
 
@@ -61,6 +70,5 @@ class AccountingCsvHandler(_AccountingHandler):
         if report is None:
             return
         self.set_header("Content-Type", "text/csv; charset=utf-8")
-        self.set_header("Content-Disposition",
-                        f'attachment; filename="nvdash-accounting-{report.by}-{report.range.label}.csv"')
+        self.set_header("Content-Disposition", f'attachment; filename="{csv_filename(report)}"')
         self.finish(report_csv(report))

@@ -32,10 +32,10 @@ from nvdash.health.status import evaluate
 from nvdash.history.csv_io import export_chunks
 from nvdash.sampling.host_source import interface_addresses
 from nvdash.sampling.sampler import Sampler
-from nvdash.server import gc_policy
-from nvdash.server.access import url_host
+from nvdash.server import door, gc_policy
+from nvdash.server.access import host_of, is_loopback, url_host
 from nvdash.server.accounting_api import AccountingCsvHandler, AccountingJsonHandler
-from nvdash.server.auth import Gate, TokenAuth, admitted
+from nvdash.server.auth import Gate, TokenAuth, admitted, gate_of_server
 from nvdash.server.export_gate import ExportGate
 from nvdash.server.history_api import ExportCsvHandler, HistoryJsonHandler, history_health
 from nvdash.server.history_setup import HistoryRuntime
@@ -116,6 +116,32 @@ def websocket_origins(settings: Settings, addresses: Callable[[], list[str]] = i
     else:
         origins.append(f"{url_host(settings.host)}:{port}")
     return list(dict.fromkeys(origins))
+
+
+def allowed_hosts(settings: Settings, addresses: Callable[[], list[str]] = interface_addresses
+                  ) -> frozenset[str] | None:
+    """The names (besides loopback ones) a request's ``Host`` may give; ``None``: any.
+
+    Any, when a token is required (a request without it is refused anyway) or on a unix socket (no browser reaches
+    one directly; Jupyter's proxy forwards the browser's own ``Host`` and checks it itself) or when told ``*``.
+    Otherwise the bound address (every address of this machine when bound to a wildcard), this machine's names when
+    it listens beyond loopback, ``--allow-host`` names and the hosts of ``--allow-websocket-origin``.
+    """
+    if settings.token is not None or settings.unix_socket is not None:
+        return None
+    names = {host_of(name) for name in settings.allow_hosts}
+    names |= {"*" if origin.strip() == "*" else host_of(origin.partition("://")[2] or origin)
+              for origin in settings.allow_websocket_origin}
+    if "*" in names:
+        return None
+    if settings.host in WILDCARD_HOSTS:
+        names |= {host_of(url_host(address)) for address in addresses()}
+    else:
+        names.add(host_of(url_host(settings.host)))
+    if not is_loopback(settings.host):
+        names |= {host_of(socket.gethostname()), host_of(socket.getfqdn())}
+    names.discard("")
+    return frozenset(names)
 
 
 def _application(spec: AppSpec, context: AppContext) -> Application:
@@ -342,9 +368,12 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         # behind Jupyter's proxy those are Jupyter's login cookie and token. The apps need neither.
         include_headers=[],
         include_cookies=[],
+        http_server_kwargs=door.http_server_kwargs(settings.connection_timeout_s),
+        websocket_max_message_size=door.MAX_BUFFER_BYTES,
     )
     _allow_bracketed_origins(server, [origin for origin in origins if origin.startswith("[")])
     refuse_preflights_without_origin(server)
+    door.install(server, allowed_hosts(settings), gate_of_server(server))
     batch_websocket_writes(server)
     holder.append(server)
     return server

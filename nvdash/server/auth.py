@@ -100,6 +100,12 @@ def gate_of(handler: RequestHandler) -> Gate | None:
     return provider.gate if isinstance(provider, TokenAuth) else None
 
 
+def gate_of_server(server: Any) -> Gate | None:
+    """The gate of a Bokeh ``Server``, or ``None`` when its dashboards are open."""
+    provider = getattr(server._tornado, "auth_provider", None)
+    return provider.gate if isinstance(provider, TokenAuth) else None
+
+
 def admitted(handler: RequestHandler) -> bool:
     """Whether the request may see what the dashboards show (always, when no token is required)."""
     gate = gate_of(handler)

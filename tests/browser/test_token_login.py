@@ -54,8 +54,12 @@ def test_the_printed_url_then_a_bookmark_without_the_token(server: NvdashServer,
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     try:
         index = context.new_page()
-        index.goto(url, wait_until="load")
+        response = index.goto(url, wait_until="load")
+        assert response is not None
+        assert response.request.redirected_from is not None  # the token left the address bar at once
+        assert index.url == origin + "/"
         assert index.locator("ul.apps a").count() >= 10
+        assert response.headers["referrer-policy"] == "no-referrer"
         bookmark = context.new_page()
         errors = watch_errors(bookmark)
         bookmark.goto(origin + "/GPU-Utilization", wait_until="load")

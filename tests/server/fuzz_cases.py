@@ -17,16 +17,20 @@ from nvdash.history.catalog import METRICS
 from tests.server.raw_client import OP_BINARY, OP_CLOSE, OP_CONTINUATION, OP_PING, OP_TEXT
 
 SERVER_PATHS = ("/", "/index.json", "/info.json", "/api/history.json", "/api/snapshot.json", "/api/processes.json",
+                "/api/accounting.json", "/api/accounting.csv",
                 "/export.csv", "/metrics", "/health", "/login", "/static/js/bokeh.min.js", "/static/js/",
                 "/static/", "/static/../pyproject.toml", "/favicon.ico", "/robots.txt", "/api/", "/api/nothing.json")
 APP_SUFFIXES = ("", "/", "/ws", "/autoload.js", "/metadata")
 KEYS_BY_PATH = {
     "/api/history.json": ("metric", "range", "from", "to", "gpu", "step"),
+    "/api/accounting.json": ("range", "from", "to", "by"),
+    "/api/accounting.csv": ("range", "from", "to", "by"),
     "/export.csv": ("range", "from", "to", "gpu", "query-gpu", "fields", "format"),
     "/health": ("since", "reset"),
     "/login": ("next", "token"),
 }
-APP_KEYS = ("theme", "gpu", "range", "from", "to", "node", "bokeh-session-id", "bokeh-autoload-element")
+APP_KEYS = ("theme", "gpu", "gpus", "range", "from", "to", "by", "node", "bokeh-session-id", "bokeh-autoload-element",
+            "bokeh-token")
 NVSMI_FIELDS = ("timestamp", "index", "name", "utilization.gpu", "memory.used", "memory.total", "power.draw",
                 "temperature.gpu", "clocks.sm", "pstate", "uuid", "bogus.field")
 VALUES = (
@@ -37,7 +41,7 @@ VALUES = (
     "json", "csv,bogus", "../../etc/passwd", "/etc/passwd", "//evil.example/x", "http://evil.example/",
     "javascript:alert(1)", "<script>alert(1)</script>", "\"'", "\\", "%", "\x00", "\x7f", "é", "日本",
     "\U0001f600", "\ud800", "a" * 300, "9" * 400, "\u00b2", "\u0661", "1e15", "-1e12", "0001-01-01",
-    "9999-12-31T23:59:59-14:00",
+    "9999-12-31T23:59:59-14:00", "1\x0bh", "1h\n", "7d\r\n", "\t1h",
 )
 """Query values; ``\u00b2`` and ``\u0661`` are digits to ``str.isdigit`` (the second also to ``int``)."""
 HEADER_VALUES = ("", " ", "x", "a" * 4000, "\x01\x02", "é", "null", "undefined", "*/*", "0", "-1", "1e999",
@@ -141,7 +145,8 @@ def _headers(rng: random.Random, port: int) -> tuple[tuple[str, str], ...]:
     for _ in range(rng.choice((0, 0, 1, 1, 2, 3))):
         name = rng.choice(("Cookie", "Origin", "Accept", "Authorization", "Range", "If-None-Match",
                            "If-Modified-Since", "Accept-Encoding", "X-Forwarded-For", "Content-Type",
-                           "Referer", "User-Agent", "Upgrade", "Sec-WebSocket-Version", "Expect", "X-" + "h" * 50))
+                           "Referer", "User-Agent", "Upgrade", "Sec-WebSocket-Version", "Expect", "X-" + "h" * 50,
+                           "Bokeh-Session-Id"))
         value = rng.choice(HEADER_VALUES)
         if name == "Cookie":
             value = rng.choice((f"nvdash-{port}={rng.choice(VALUES)}", "a=b; " * rng.choice((1, 500, 4000)),

@@ -88,15 +88,42 @@ def test_fuzzed_requests_get_no_server_error(server: NvdashServer) -> None:
 
 ONCE_FAILED = ("/GPU-Details?gpu=%C2%B2", "/GPU-Details?from=0&to=1e18", "/Machine-Resources?from=-99999999999&to=0",
                "/GPU-Resources?from=0001-01-01", "/api/history.json?metric=power_w&from=0001-01-01",
-               "/export.csv?from=1e15")
-"""Requests that once got a 500: a digit ``int`` cannot read, times no date can be written for."""
+               "/export.csv?from=1e15", "/api/accounting.json?range=1%0Bh", "/api/accounting.csv?range=1%0Bh",
+               "/api/accounting.csv?range=1h%0A", "/GPU-Utilization?bokeh-session-id=",
+               "/GPU-Utilization/autoload.js?bokeh-autoload-element=x&bokeh-session-id=",
+               "/GPU-Utilization/autoload.js?bokeh-autoload-element=x", "/GPU-Accounting?theme&gpus=0,1&range=1%0Bh",
+               "/GPU-Resources?bokeh-token=%5C", "/GPU-Memory/autoload.js?bokeh-autoload-element=x&bokeh-token=last",
+               "/GPU-Topology?bokeh-token=%CA%8D%0B", "/static/%00", "/static/js/%00bokeh.min.js")
+"""Requests that once got a 500: a digit ``int`` cannot read, times no date can be written for, a duration with a
+control character (also in a download's file name), an empty Bokeh session id, a Bokeh session token that is not
+one, the autoload script without an Origin, a NUL in a static file's path."""
+ONCE_FAILED_HEADERS = ((("Bokeh-Session-Id", ""),), (("Bokeh-Session-Id", ""), ("Cookie", "bokeh-session-id=")),
+                       (("Cookie", "bokeh-session-id="),))
+"""Headers that once got a 500 on a dashboard's page and autoload script: an empty session id."""
 
 
 def test_requests_that_once_failed_are_answered(server: NvdashServer) -> None:
     for target in ONCE_FAILED:
         response = asyncio.run(exchange(HOST, server.port, request_bytes("GET", target, f"{HOST}:{server.port}")))
         assert 200 <= response.status < 500, (target, response.status, response.body[:300])
+    for headers in ONCE_FAILED_HEADERS:
+        for target in ("/GPU-Utilization", "/GPU-Utilization/autoload.js?bokeh-autoload-element=x"):
+            request = request_bytes("GET", target, f"{HOST}:{server.port}", headers)
+            response = asyncio.run(exchange(HOST, server.port, request))
+            assert 200 <= response.status < 500, (target, headers, response.status, response.body[:300])
     assert not _nvdash_tracebacks(server)
+
+
+def test_a_duration_with_a_control_character_is_a_bad_request(server: NvdashServer) -> None:
+    for path in ("/api/accounting.json", "/api/accounting.csv"):
+        response = asyncio.run(exchange(HOST, server.port, request_bytes("GET", path + "?range=1%0Bh",
+                                                                         f"{HOST}:{server.port}")))
+        assert response.status == 400, (path, response.status)
+        assert "is not a duration" in response.text
+    download = asyncio.run(exchange(HOST, server.port, request_bytes("GET", "/api/accounting.csv?range=7d",
+                                                                     f"{HOST}:{server.port}")))
+    assert download.status == 200
+    assert download.headers["content-disposition"] == 'attachment; filename="nvdash-accounting-job-7d.csv"'
 
 
 def test_a_preflight_without_origin_is_refused(server: NvdashServer) -> None:
