@@ -15,7 +15,6 @@ the handlers would set stays unset) and, where the page shows the field as text,
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -31,8 +30,9 @@ from playwright.sync_api import Browser, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from nvdash.accounting.attribution import Owner
-from nvdash.accounting.ledger import HOUR_S, Key, Tally, hour_of
+from nvdash.accounting.ledger import Key, Tally, hour_of
 from nvdash.history.writer import HistoryWriter
+from nvdash.sampling.fake.mig import mig_uuid
 from nvdash.sampling.fake.profiles import gpu_uuid
 from nvdash.sampling.records import GpuEvent, GpuSample, HostSample, Snapshot
 from tests.browser.chromium import chromium, wait_until_drawn
@@ -72,14 +72,17 @@ TEXT = """
   const parts = [];
   const visit = (root) => {
     const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
-    while (walker.nextNode()) parts.push(walker.currentNode.nodeValue);
+    while (walker.nextNode()) {
+      const node = walker.currentNode;
+      if (!["SCRIPT", "STYLE"].includes(node.parentNode.nodeName) && node.nodeValue.trim()) parts.push(node.nodeValue);
+    }
     for (const el of root.querySelectorAll("*")) if (el.shadowRoot) visit(el.shadowRoot);
   };
   visit(document.body);
   return parts.join("\\n");
 }
 """
-"""The text of the page and of its shadow roots (the text nodes, so a script's source counts only if inserted)."""
+"""The text of the page and of its shadow roots: their text nodes, but not those of scripts and style sheets."""
 OURS = """
 () => {
   const scripts = [];
@@ -134,10 +137,13 @@ def _wait_for_texts(page: Page, texts: Sequence[str], timeout_ms: float = 30_000
 
 
 def check_pages(browser: Browser, server: NvdashServer, shown: dict[str, list[str]]) -> None:
-    """Open the index and every dashboard the server offers; each shows its ``shown`` texts and nothing more."""
-    routes = ["/", *get_json(server.url + "/index.json")]
-    assert set(shown) <= set(routes), f"expected pages missing: {set(shown) - set(routes)}"
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    """Open the index, every dashboard the server offers and the other URLs in ``shown`` (a dashboard with query
+    arguments); each shows its ``shown`` texts, and none makes an element or runs a script from markup."""
+    offered = ["/", *get_json(server.url + "/index.json")]
+    routes = offered + [route for route in shown if route not in offered]
+    missing_pages = {route for route in routes if route.partition("?")[0] not in offered}
+    assert not missing_pages, f"expected pages not offered: {missing_pages}"
+    page = browser.new_page(viewport={"width": 1400, "height": 2000})  # tall: every table row is drawn
     try:
         for route in routes:
             page.goto(server.url + route, wait_until="load")
@@ -148,7 +154,7 @@ def check_pages(browser: Browser, server: NvdashServer, shown: dict[str, list[st
             assert created == {"img[src='x']": 0, "#xss": 0}, f"{route} made elements of markup: {created}"
             assert page.evaluate(OURS) == 0, f"{route} inserted a script from markup"
             assert page.evaluate("() => window.__xss") is None, f"{route} ran a handler from markup"
-            assert missing is None, f"{route} does not show {missing!r} as text; it shows:\n{page.evaluate(TEXT)[:3000]}"
+            assert missing is None, f"{route} shows no {missing!r} as text; it shows:\n{page.evaluate(TEXT)[:3000]}"
     finally:
         page.close()
 
@@ -218,4 +224,96 @@ def test_a_replayed_history_shows_its_markup_as_text(browser: Browser, tmp_path:
             "/GPU-Details": [GPU_NAME],
             "/GPU-Topology": [GPU_NAME],
             "/GPU-Accounting": [JOB.job],
+            "/GPU-Accounting?by=user": [JOB.user, POD.user],
+            "/GPU-Accounting?by=namespace": [JOB.project, POD.project],
+            "/GPU-Accounting?by=pod": [POD.job],
+        })
+
+
+# An nvidia-smi log imported with `nvdash import`, replayed
+
+
+CSV_NAME = marked("csvgpu", SHORT)
+CSV_DRIVER = marked("csvdriver", SHORT)
+CSV_HEADER = "timestamp, index, name, uuid, driver_version, utilization.gpu [%], memory.used [MiB], memory.total [MiB]"
+
+
+def nvidia_smi_log(end_s: float) -> str:
+    """A minute of two GPUs as ``nvidia-smi --query-gpu=... --format=csv -l 1`` logs it (local time, no zone)."""
+    lines = [CSV_HEADER]
+    for second in range(60):
+        stamp = datetime.fromtimestamp(end_s - 60 + second).strftime("%Y/%m/%d %H:%M:%S.000")
+        for index in range(2):
+            lines.append(f"{stamp}, {index}, {CSV_NAME}, GPU-{index}{SHORT}, {CSV_DRIVER}, 40 %, 1024 MiB, 40960 MiB")
+    return "\n".join(lines) + "\n"
+
+
+def test_an_imported_nvidia_smi_log_shows_its_markup_as_text(browser: Browser, tmp_path: Path) -> None:
+    log = tmp_path / f"{SLASHLESS}.csv"
+    log.write_text(nvidia_smi_log(float(int(datetime.now().timestamp()))))
+    history = tmp_path / "imported.sqlite"
+    done = subprocess.run([sys.executable, "-m", "nvdash", "import", str(log), "--history", str(history)],
+                          env=nvdash_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "imported 120 readings of 2 GPUs" in done.stdout
+    with served(["replay", str(history)]) as server:
+        check_pages(browser, server, {
+            "/": [f"import:{log.name}", CSV_NAME, CSV_DRIVER],
+            "/GPU-Health": [CSV_NAME],
+            "/GPU-Details": [CSV_NAME],
+        })
+
+
+# Live: the simulated NVML, a real process and a kubelet
+
+
+LIVE_GPU = marked("livegpu", SHORT)
+COMMAND = marked("cmd", SHORT + '"><b id=xss>')
+"""The child's ``argv[0]``: its command line begins with it, and the page shows a command's first 80 characters."""
+NAMESPACE, POD_NAME, CONTAINER = marked("ns"), marked("pod"), marked("ctr")
+IDLE_POD = marked("idlepod")
+ARGUMENT = quote(marked("arg"), safe="")
+
+
+@pytest.fixture
+def child() -> Iterator[subprocess.Popen[bytes]]:
+    """A real process whose command line carries markup; it lives until its standard input closes."""
+    process = subprocess.Popen([COMMAND, "-c", "import sys; sys.stdin.read()"], executable=sys.executable,
+                               stdin=subprocess.PIPE)
+    yield process
+    assert process.stdin is not None
+    process.stdin.close()
+    process.wait(10)
+
+
+def test_live_pages_show_markup_from_nvml_processes_and_pods_as_text(
+    browser: Browser, child: subprocess.Popen[bytes], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    sock = tmp_path / "kubelet.sock"
+    uuids = [gpu_uuid("a100-mig", 0, i) for i in range(2)]
+    lister = Lister(pods=[
+        Pod(NAMESPACE, POD_NAME, [Container(CONTAINER, {"nvidia.com/gpu": [uuids[1]]})]),
+        Pod(NAMESPACE, IDLE_POD, [Container(CONTAINER, {"nvidia.com/mig-1g.5gb": [mig_uuid(uuids[0], 14, 0)]})]),
+    ])
+    faults = f"name:1:{quote(LIVE_GPU, safe='')};process:1:{child.pid}"
+    args = ["serve", "--simulate", "a100-mig", "--interval", "0.25", "--process-interval", "0.5",
+            "--kubelet-socket", str(sock), "--no-history"]
+    with serve_pods(sock, tmp_path_factory.mktemp("kubelet_api"), lister), \
+            served(args, {"NVDASH_FAKE_FAULTS": faults}) as server:
+        wait_for(lambda: get_json(server.url + "/api/processes.json"),
+                 lambda doc: any(p["pid"] == child.pid and p["command"] for p in doc["processes"])
+                 and any((p["pod"] or {}).get("name") == POD_NAME for p in doc["processes"]), timeout_s=60.0)
+        wait_for(lambda: get_json(server.url + "/api/accounting.json?by=pod"),
+                 lambda doc: any(POD_NAME in row["key"] for row in doc["rows"]), timeout_s=60.0)
+        check_pages(browser, server, {
+            "/": [LIVE_GPU],
+            "/GPU-Processes": [COMMAND, NAMESPACE, POD_NAME, CONTAINER, IDLE_POD],
+            "/GPU-Health": [LIVE_GPU],
+            "/GPU-Details": [LIVE_GPU],
+            "/GPU-Accounting": [POD_NAME],
+            # A link someone was sent: what a query argument says comes back, at most, as text.
+            f"/GPU-Accounting?range={ARGUMENT}&by={ARGUMENT}": [],
+            f"/GPU-Accounting?from={ARGUMENT}&to={ARGUMENT}": [],
+            f"/GPU-Utilization?from={ARGUMENT}&to={ARGUMENT}&theme={ARGUMENT}": [],
+            f"/GPU-Details?gpu={ARGUMENT}": [],
         })
