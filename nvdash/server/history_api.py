@@ -141,6 +141,7 @@ class ExportCsvHandler(GuardedHandler):
         history = self._history
         if history.backend is None or history.path is None:
             self.set_status(404)
+            self.set_header("Content-Type", "text/plain; charset=utf-8")
             self.finish(f"history is {history.status}\n")
             return
         try:
@@ -157,6 +158,7 @@ class ExportCsvHandler(GuardedHandler):
             return
         except HistoryError as error:
             self.set_status(503)
+            self.set_header("Content-Type", "text/plain; charset=utf-8")  # names the file: never HTML
             self.finish(f"{error}\n")
             return
         self.set_header("Content-Type", "text/csv; charset=utf-8")

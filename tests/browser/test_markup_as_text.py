@@ -228,6 +228,17 @@ def test_a_replayed_history_shows_its_markup_as_text(browser: Browser, tmp_path:
             "/GPU-Accounting?by=namespace": [JOB.project, POD.project],
             "/GPU-Accounting?by=pod": [POD.job],
         })
+        # The file goes bad under the server: the errors name it, and a browser shows them as text.
+        with path.open("r+b") as file:
+            file.seek(4096)
+            file.write(b"\xff" * (path.stat().st_size - 4096))
+        page = browser.new_page()
+        try:
+            page.goto(server.url + "/export.csv?range=1h", wait_until="load")
+            assert page.evaluate(DEEP, "img[src='x']") == 0, "the export's error made an element of the file's name"
+            assert SLASHLESS in page.evaluate(TEXT), "the export's error does not name the file"
+        finally:
+            page.close()
 
 
 # An nvidia-smi log imported with `nvdash import`, replayed
