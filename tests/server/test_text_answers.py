@@ -7,6 +7,9 @@ replayed file's name arriving as text in the export's error; these are the other
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
+
 from tests.conftest import http_get, nvdash_server
 
 
@@ -19,3 +22,19 @@ def test_errors_and_refusals_are_plain_text() -> None:
     status, body, headers = answers["/metrics"]
     assert (status, body) == (401, "a bearer token is needed for /metrics\n")
     assert headers["Content-Type"] == "text/plain; charset=utf-8"
+
+
+def test_the_login_form_holds_the_page_asked_for_as_text() -> None:
+    markup = '"><svg/onload=alert(1)>'
+    with nvdash_server(["--simulate", "t4", "--no-history", "--token", "s3cret"]) as server:
+        asked = http_get(f"{server.url}/login?next=/GPU-Memory{markup}")
+        refused = urllib.request.Request(f"{server.url}/GPU-Memory?x={markup}", headers={"Accept": "text/html"})
+        try:
+            urllib.request.urlopen(refused, timeout=10)
+            raise AssertionError("a page was served without the token")
+        except urllib.error.HTTPError as error:
+            login = (error.code, error.read().decode("utf-8"))
+    for status, body in ((asked[0], asked[1]), login):
+        assert "<svg" not in body
+        assert "&#34;&gt;&lt;svg/onload=alert(1)&gt;" in body, body
+    assert (asked[0], login[0]) == (200, 403)
