@@ -172,9 +172,10 @@ def event_columns(events: Sequence[GpuEvent], limit: int = EVENT_ROWS, *, info: 
 
 
 def _event_table(source: ColumnDataSource, dark: bool) -> DataTable:
-    time_format = HTMLTemplateFormatter(template="<%= new Date(value).toLocaleString() %>")
+    # <%- %> escapes: a severity comes from the events of a history file too, and must arrive as text.
+    time_format = HTMLTemplateFormatter(template="<%- new Date(value).toLocaleString() %>")
     severity_format = HTMLTemplateFormatter(
-        template='<span style="color:<%= color %>;font-weight:600"><%= value %></span>')
+        template='<span style="color:<%- color %>;font-weight:600"><%- value %></span>')
     return data_table(
         source,
         [

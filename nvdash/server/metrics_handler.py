@@ -97,6 +97,7 @@ class MetricsHandler(RequestHandler):
         if not self._admitted():
             self.set_status(401)
             self.set_header("WWW-Authenticate", 'Bearer realm="nvdash metrics"')
+            self.set_header("Content-Type", "text/plain; charset=utf-8")
             self.finish("a bearer token is needed for /metrics\n")
             return
         encoder, content_type = choose_encoder(self.request.headers.get("Accept", ""))

@@ -451,6 +451,14 @@ def test_slow_function_on_one_device(install: Install) -> None:
         "fail_init:0",
         "melt:1",
         "unsupported:nvmlDeviceGetPowerUsage;lose:99",
+        "name:0:",
+        "name:0",
+        "name:0:%FF",
+        "name:0:" + "a" * 96,
+        "name:0:GPU@3",
+        "process:0:0",
+        "process:0:1@2",
+        "process:8:1",
     ],
 )
 def test_bad_fault_specs_are_rejected_whole(install: Install, spec: str) -> None:
@@ -470,6 +478,16 @@ def test_fault_methods_validate_their_arguments(install: Install) -> None:
     fake.apply_faults("fail_init:9")
     with pytest.raises(pynvml.NVMLError_DriverNotLoaded):
         pynvml.nvmlInit()
+
+
+def test_name_and_process_faults_carry_any_text_and_a_real_pid(install: Install) -> None:
+    fake = install("a100-pcie-2")
+    fake.apply_faults("name:1:%3Cimg%20src%3Dx%3E%3B%22%3A%40;process:0:4242")
+    gpu0, gpu1 = handles()
+    assert pynvml.nvmlDeviceGetName(gpu1) == '<img src=x>;":@'
+    assert pynvml.nvmlDeviceGetName(gpu0) == PROFILES["a100-pcie-2"].gpu_name
+    assert 4242 in [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(gpu0)]
+    assert 4242 not in [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(gpu1)]
 
 
 # Latency, threads, accounting

@@ -100,6 +100,8 @@ class FakeDriver:
         )
         self.gpm = GpmSamples()
         self._uuids = [gpu_uuid(profile.name, seed, i) for i in range(profile.gpu_count)]
+        self.names: dict[int, str] = {}
+        """Product names that replace the profile's, by device (see the ``name`` fault)."""
         self._handle_storage = [ctypes.create_string_buffer(8) for _ in range(profile.gpu_count)]
         self._devices = {ctypes.addressof(buf): i for i, buf in enumerate(self._handle_storage)}
         self.usage = UsageFunctions(
@@ -236,9 +238,10 @@ class FakeDriver:
         store_address(device, ctypes.addressof(self._handle_storage[call.device]))
         return _OK
 
-    def device_get_name(self, _call: Call, handle: object, buffer: object, size: object) -> int:
+    def device_get_name(self, call: Call, handle: object, buffer: object, size: object) -> int:
         mig = self.usage.mig_of(handle)
-        name = self.profile.gpu_name if mig is None else self.usage.mig_name(self.profile.gpu_name, mig)
+        gpu_name = self.names.get(mig[0] if mig is not None else call.device, self.profile.gpu_name)
+        name = gpu_name if mig is None else self.usage.mig_name(gpu_name, mig)
         if not store_string(buffer, size, name):
             return c.NVML_ERROR_INSUFFICIENT_SIZE
         return _OK

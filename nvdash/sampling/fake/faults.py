@@ -6,14 +6,18 @@ import math
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import unquote
 
 _MAX_XID = 1000
-FaultKind = Literal["lose", "slow", "unsupported", "fail_init", "xid", "hang_host"]
+FaultKind = Literal["lose", "slow", "unsupported", "fail_init", "xid", "hang_host", "name", "process"]
+NAME_LIMIT = 95
+"""The longest product name NVML returns (its name buffer holds 96 bytes with the terminating NUL)."""
 
 SPEC_SYNTAX = (
     "expected ITEM[;ITEM...], each ITEM one of lose:DEVICE, slow:FUNCTION:SECONDS[:DEVICE], "
-    "unsupported:FUNCTION[:DEVICE], fail_init:CODE, xid:CODE:DEVICE or hang_host:PATH, "
-    "optionally followed by @SECONDS after start"
+    "unsupported:FUNCTION[:DEVICE], fail_init:CODE, xid:CODE:DEVICE, hang_host:PATH, name:DEVICE:TEXT "
+    "(percent-encoded) or process:DEVICE:PID, optionally followed by @SECONDS after start (not for name and "
+    "process: from the start)"
 )
 
 
@@ -21,8 +25,8 @@ SPEC_SYNTAX = (
 class Fault:
     """One fault; ``device`` None means every device. ``at_s``: seconds after the library was created.
 
-    ``code`` is the NVML return code of ``fail_init`` and the XID of ``xid``; ``path`` is the file whose existence
-    holds a ``hang_host``.
+    ``code`` is the NVML return code of ``fail_init``, the XID of ``xid`` and the PID of ``process``; ``path`` is
+    the file whose existence holds a ``hang_host``.
     """
 
     kind: FaultKind
@@ -32,6 +36,8 @@ class Fault:
     code: int = 0
     at_s: float = 0.0
     path: str | None = None
+    text: str = ""
+    """The product name of ``name``."""
 
 
 def check_function(function: str, functions: Collection[str]) -> str:
@@ -98,6 +104,18 @@ def _parse_item(item: str, functions: Collection[str], gpu_count: int) -> Fault:
         if not 0 < code < _MAX_XID:
             raise ValueError(f"XID {code} must be between 1 and {_MAX_XID - 1}")
         return Fault("xid", code=code, device=check_device(_integer(params[1], "device"), gpu_count), at_s=at_s)
+    if kind in ("name", "process") and at_sign:
+        raise ValueError(f"{kind} applies from the start: it takes no @SECONDS")
+    if kind == "name" and len(params) == 2:
+        text = unquote(params[1], errors="strict")
+        if not 0 < len(text.encode()) <= NAME_LIMIT:
+            raise ValueError(f"a name must be 1 to {NAME_LIMIT} bytes once decoded")
+        return Fault("name", device=check_device(_integer(params[0], "device"), gpu_count), text=text)
+    if kind == "process" and len(params) == 2:
+        pid = _integer(params[1], "PID")
+        if pid <= 0:
+            raise ValueError(f"PID {pid} must be positive")
+        return Fault("process", code=pid, device=check_device(_integer(params[0], "device"), gpu_count))
     raise ValueError("unknown fault or wrong number of fields")
 
 
@@ -108,6 +126,9 @@ def parse_faults(spec: str, functions: Collection[str], gpu_count: int) -> list[
     changes a real driver shows for 48, 63, 64, 94 and 95); ``lose:DEVICE`` also sends XID 79. ``hang_host:PATH``
     makes the host reading, on the sampler's own thread, block while the file ``PATH`` exists (a stuck sampler:
     NVML calls run in a pool and cannot stall the sweeps); ``PATH`` may not hold ``;`` or ``@``.
+    ``name:DEVICE:TEXT`` makes ``DEVICE`` report the percent-decoded TEXT as its product name, and
+    ``process:DEVICE:PID`` lists the (real, host-visible) process PID on it: tests feed odd or hostile text
+    through them (names with markup, a started process's command line) to a server they run as a subprocess.
 
     Raises ValueError with a one-line message naming the bad item; nothing is applied then.
     """
@@ -159,7 +180,7 @@ class FaultState:
         elif fault.kind == "fail_init":
             self.init_code = fault.code
         # "xid" faults are events, delivered by the driver's event sets; "hang_host" is the host reading's (see
-        # nvdash.sampling.fake.host).
+        # nvdash.sampling.fake.host); "name" and "process" change the driver.
 
     def is_lost(self, device: int | None) -> bool:
         """Whether ``device`` has fallen off the bus."""

@@ -145,6 +145,12 @@ class FakeNvmlLibrary:
 
     def _add(self, fault: Fault) -> None:
         elapsed = self._clock() - self._created_at
+        if fault.device is not None and fault.kind == "name":
+            self._driver.names[fault.device] = fault.text
+            return
+        if fault.device is not None and fault.kind == "process":
+            self.add_process(fault.device, fault.code)
+            return
         if fault.device is not None and fault.kind in ("xid", "lose"):
             xid = fault.code if fault.kind == "xid" else c.XID_FALLEN_OFF_BUS
             self._driver.inject_xid(fault.device, xid, max(fault.at_s, elapsed))
