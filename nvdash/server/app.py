@@ -201,8 +201,18 @@ def health(
         "events": runtime.store.event_seq,
         "threads": runtime.supervisor.report(),
     }
+    if runtime.cluster is not None:
+        result["cluster"] = cluster_health(runtime.cluster)
     result.update(counts)
     return result
+
+
+def cluster_health(cluster: ClusterRuntime) -> dict[str, Any]:
+    """The cluster pages' Prometheus: its URL, the last refresh's failure (``None``: it answered) and when it last
+    answered (epoch seconds, ``None``: never)."""
+    state = cluster.poller.state()
+    return {"prometheus": cluster.client.url, "error": state.error, "last_answer_at": state.ok_time_s,
+            "refreshes": state.generation}
 
 
 def _listen_on(settings: Settings) -> dict[str, Any]:

@@ -112,7 +112,7 @@ def _with_metrics(settings: Settings, runtime: Runtime) -> Runtime:
 def _with_cluster(settings: Settings, runtime: Runtime) -> Runtime:
     """The runtime with the cluster pages' Prometheus client (unstarted), when ``--prometheus`` was given."""
     if settings.prometheus_url is not None:
-        runtime.cluster = open_cluster(settings.prometheus_url)
+        runtime.cluster = open_cluster(settings.prometheus_url, supervisor=runtime.supervisor)
     return runtime
 
 
