@@ -7,8 +7,7 @@ from bokeh.models import Div
 
 from tests.conftest import http_get, nvdash_server, wait_for
 from tests.server.bokeh_viewer import open_session
-from tests.unit.rogue_prometheus import Behaviour, rogue_prometheus
-from tests.unit.test_cluster_rogue import vector
+from tests.unit.rogue_prometheus import Behaviour, rogue_prometheus, vector
 
 
 def status_line(url: str) -> str:

@@ -31,6 +31,11 @@ def json_answer(value: Any) -> bytes:
     return http_answer(json.dumps(value).encode())
 
 
+def vector(*items: object) -> bytes:
+    """An instant query's answer whose result holds ``items``, whatever they are."""
+    return json_answer({"status": "success", "data": {"resultType": "vector", "result": list(items)}})
+
+
 @dataclass
 class Behaviour:
     """What the server does with each request: send ``raw`` (whole), then drip ``drip`` one byte every

@@ -15,15 +15,19 @@ from nvdash.cluster.poller import THREAD, ClusterPoller
 from nvdash.cluster.promapi import MAX_BODY_BYTES, PrometheusClient
 from nvdash.supervision import Supervisor
 from tests.conftest import wait_for
-from tests.unit.rogue_prometheus import GOOD, Behaviour, RoguePrometheus, http_answer, json_answer, rogue_prometheus
+from tests.unit.rogue_prometheus import (
+    GOOD,
+    Behaviour,
+    RoguePrometheus,
+    http_answer,
+    json_answer,
+    rogue_prometheus,
+    vector,
+)
 
 SLACK_S = 10.0
 """Beyond the deadline, how long a refresh may take on a loaded machine before the test calls it a hang."""
 MALFORMED = "answered a malformed result: "
-
-
-def vector(*items: object) -> bytes:
-    return json_answer({"status": "success", "data": {"resultType": "vector", "result": list(items)}})
 
 
 BAD_ANSWERS: dict[str, tuple[bytes, str]] = {
