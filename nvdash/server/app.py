@@ -215,14 +215,17 @@ def cluster_health(cluster: ClusterRuntime) -> dict[str, Any]:
             "refreshes": state.generation}
 
 
-def _listen_on(settings: Settings) -> dict[str, Any]:
+def _listen_on(settings: Settings, *, own_socket: bool = False) -> dict[str, Any]:
     """Bokeh's arguments for where to listen; raises ``OSError`` when the unix socket's path is taken.
 
-    Bokeh (Tornado) replaces whatever socket file is at the path, so a live server's socket is checked for first.
+    Bokeh (Tornado) replaces whatever socket file is at the path, so a live server's socket is checked for first
+    (unless the socket there is this process's own, ``own_socket``).
     """
     path = settings.unix_socket
     if path is None:
         return {"address": settings.host, "port": settings.port}
+    if own_socket:
+        return {"unix_socket": path}
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -240,11 +243,14 @@ def _listen_on(settings: Settings) -> dict[str, Any]:
     raise OSError(errno.EADDRINUSE, "another server is listening on it")
 
 
-def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = None) -> Server:
+def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = None,
+                listener: socket.socket | None = None) -> Server:
     """A Bokeh server (bound, not started) serving every available dashboard and the server's pages.
 
     Listens on ``settings.unix_socket`` (a file of mode 0600) when given, else on ``host``:``port``. Raises
-    ``OSError`` when that cannot be bound.
+    ``OSError`` when that cannot be bound. ``listener``: a socket this process bound at ``settings.unix_socket``
+    before starting up (the proxy's entry point does, so that requests wait rather than fail while nvdash starts);
+    Bokeh binds the path anew, and the connections waiting on ``listener`` are served too.
     """
     bokeh_settings.resources.set_value("server")
     store = runtime.store
@@ -301,7 +307,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
     server = Server(
         applications,
         io_loop=io_loop,
-        **_listen_on(settings),
+        **_listen_on(settings, own_socket=listener is not None),
         prefix=prefix,
         allow_websocket_origin=[origin for origin in origins if not origin.startswith("[")],
         auth_provider=_auth_provider(settings),
@@ -317,6 +323,9 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         include_headers=[],
         include_cookies=[],
     )
+    if listener is not None:
+        # Bokeh's Server binds its own sockets and offers no public way to add one to its Tornado HTTPServer.
+        server._http.add_sockets([listener])
     _allow_bracketed_origins(server, [origin for origin in origins if origin.startswith("[")])
     refuse_preflights_without_origin(server)
     batch_websocket_writes(server)

@@ -20,6 +20,12 @@ own (it starts one only when it holds none), so every later request fails until 
 with ``EX_TEMPFAIL`` (75) after nvdash stops cleanly (SIGTERM): a stop from outside is restarted like a crash,
 while Jupyter's own shutdown, which simpervisor marks as a kill, still ends it for good.
 
+Startup: :func:`main` binds the socket before anything else and hands it to the server, so a request that arrives
+while nvdash starts (Bokeh takes seconds to import), the first after a restart included, waits for its answer
+instead of failing on a socket nobody listens on. What remains is the moment between the old process's exit and
+the new one's bind (a Python start, about 0.1 s): jupyter-server-proxy does not check that its process runs before
+proxying, and answers a refused connection with 500.
+
 Start failures: the proxy polls the socket with HTTP requests until anything answers (up to
 ``$NVDASH_START_TIMEOUT`` seconds) and does not notice the process exiting. A configuration nvdash rejects at
 once (an unknown ``NVDASH_SIMULATE``) would show only as "could not start in time" after the whole timeout, with
@@ -107,12 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = parse_settings(arguments, os.environ)
     except UsageError as error:
         return _report_until_stopped(listener, str(error), status=2)
-    listener.close()
     from nvdash.server.run import StartupError, serve  # noqa: PLC0415 - Bokeh takes seconds to import
 
     try:
-        serve(settings)
+        # The socket stays bound while nvdash starts: a request meanwhile waits for the answer rather than failing.
+        serve(settings, listener=listener)
     except StartupError as error:
+        listener.close()
         return _report_until_stopped(bind_private_socket(path), str(error), status=1)
     return RESTART_STATUS
 

@@ -6,6 +6,7 @@ on TCP, so no other local user can reach it around Jupyter's login.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -114,6 +115,30 @@ def test_a_cleanly_stopped_server_is_started_again_on_the_next_request(lab: Jupy
     )
     assert isinstance(after, dict)
     assert after["status"] == "ok"
+    assert the_nvdash_process(lab).pid != process.pid
+
+
+def test_the_first_request_to_a_restarted_server_waits_for_it_instead_of_failing(lab: JupyterLab) -> None:
+    status, before = health(lab)
+    assert status == 200
+    assert isinstance(before, dict)
+    process = the_nvdash_process(lab)
+    path = socket_path(process)
+    old = path.stat()
+    process.send_signal(signal.SIGTERM)
+    # The restarted process binds its socket first thing, seconds before nvdash can answer: ask at once.
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(FileNotFoundError):
+            new = path.stat()
+            if (new.st_ino, new.st_ctime_ns) != (old.st_ino, old.st_ctime_ns):
+                break
+        assert time.monotonic() < deadline, "no restarted nvdash bound its socket"
+        time.sleep(0.005)
+    status, after = health(lab)
+    assert status == 200, after
+    assert isinstance(after, dict)
+    assert after["started_at"] != before["started_at"]
     assert the_nvdash_process(lab).pid != process.pid
 
 
