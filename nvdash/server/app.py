@@ -225,7 +225,7 @@ def _listen_on(settings: Settings, *, own_socket: bool = False) -> dict[str, Any
     if path is None:
         return {"address": settings.host, "port": settings.port}
     if own_socket:
-        return {"unix_socket": path}
+        return {"unix_socket": path + BOKEH_SOCKET_SUFFIX}
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -243,6 +243,9 @@ def _listen_on(settings: Settings, *, own_socket: bool = False) -> dict[str, Any
     raise OSError(errno.EADDRINUSE, "another server is listening on it")
 
 
+BOKEH_SOCKET_SUFFIX = ".bokeh"
+
+
 def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = None,
                 listener: socket.socket | None = None) -> Server:
     """A Bokeh server (bound, not started) serving every available dashboard and the server's pages.
@@ -250,7 +253,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
     Listens on ``settings.unix_socket`` (a file of mode 0600) when given, else on ``host``:``port``. Raises
     ``OSError`` when that cannot be bound. ``listener``: a socket this process bound at ``settings.unix_socket``
     before starting up (the proxy's entry point does, so that requests wait rather than fail while nvdash starts);
-    Bokeh binds the path anew, and the connections waiting on ``listener`` are served too.
+    it is served, and left open when the server stops.
     """
     bokeh_settings.resources.set_value("server")
     store = runtime.store
@@ -324,8 +327,11 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         include_cookies=[],
     )
     if listener is not None:
-        # Bokeh's Server binds its own sockets and offers no public way to add one to its Tornado HTTPServer.
-        server._http.add_sockets([listener])
+        # Bokeh's Server binds its own socket (beside the path, unlinked at once: nobody connects to it) and offers
+        # no public way to add one to its Tornado HTTPServer. A duplicate: Tornado closes its sockets on stop, and
+        # the caller's listener stays open for the next nvdash.
+        os.unlink(f"{settings.unix_socket}{BOKEH_SOCKET_SUFFIX}")
+        server._http.add_sockets([listener.dup()])
     _allow_bracketed_origins(server, [origin for origin in origins if origin.startswith("[")])
     refuse_preflights_without_origin(server)
     batch_websocket_writes(server)
