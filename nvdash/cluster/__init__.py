@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from nvdash.cluster.history import PrometheusHistory
 from nvdash.cluster.poller import DEFAULT_REFRESH_S, ClusterPoller
 from nvdash.cluster.promapi import DEFAULT_TIMEOUT_S, PrometheusClient
+from nvdash.supervision import Supervisor
 
 QUERY_THREADS = 4
 
@@ -36,11 +37,12 @@ class ClusterRuntime:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 
-def open_cluster(url: str, timeout_s: float = DEFAULT_TIMEOUT_S, refresh_s: float = DEFAULT_REFRESH_S
-                 ) -> ClusterRuntime:
-    """The cluster runtime for the Prometheus-API endpoint at ``url`` (nothing is asked yet)."""
+def open_cluster(url: str, timeout_s: float = DEFAULT_TIMEOUT_S, refresh_s: float = DEFAULT_REFRESH_S,
+                 supervisor: Supervisor | None = None) -> ClusterRuntime:
+    """The cluster runtime for the Prometheus-API endpoint at ``url`` (nothing is asked yet); its poller's thread
+    runs under ``supervisor``."""
     client = PrometheusClient(url, timeout_s=timeout_s)
-    return ClusterRuntime(client, ClusterPoller(client, refresh_s=refresh_s))
+    return ClusterRuntime(client, ClusterPoller(client, refresh_s=refresh_s, supervisor=supervisor))
 
 
 __all__ = ["ClusterRuntime", "PrometheusHistory", "open_cluster"]

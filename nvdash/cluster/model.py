@@ -60,8 +60,7 @@ class ClusterGpu:
 
     def value(self, name: str) -> float | None:
         """A family's value, ``None`` where unknown."""
-        number = self.values.get(name)
-        return None if number is None or math.isnan(number) else number
+        return _float(self.values.get(name))
 
     @property
     def utilization_pct(self) -> float | None:
@@ -71,8 +70,7 @@ class ClusterGpu:
     @property
     def memory_used_bytes(self) -> float | None:
         """Framebuffer memory in use."""
-        used = self.value("DCGM_FI_DEV_FB_USED")
-        return None if used is None else used * MIB
+        return _bytes(self.value("DCGM_FI_DEV_FB_USED"))
 
     @property
     def memory_total_bytes(self) -> float | None:
@@ -146,16 +144,24 @@ class _Gpu:
     values: dict[str, float] = field(default_factory=dict)
 
 
-def _int(value: float | None) -> int | None:
-    return None if value is None or math.isnan(value) else int(value)
-
-
 def _float(value: float | None) -> float | None:
-    return None if value is None or math.isnan(value) else value
+    """A reading, ``None`` where unknown: Prometheus's ``NaN`` and ``±Inf`` are no reading of a GPU."""
+    return None if value is None or not math.isfinite(value) else value
+
+
+def _int(value: float | None) -> int | None:
+    known = _float(value)
+    return None if known is None else int(known)
 
 
 def _bytes(mib: float | None) -> int | None:
-    return None if mib is None or math.isnan(mib) else int(mib * MIB)
+    known = _float(None if mib is None else mib * MIB)
+    return None if known is None else int(known)
+
+
+def _index(label: str) -> int | None:
+    """A ``gpu`` label's index: ASCII digits only (``str.isdigit`` also admits ``²``, which ``int`` refuses)."""
+    return int(label) if label.isascii() and label.isdigit() else None
 
 
 def gpu_records(index: int, model: str, uuid: str, values: Mapping[str, float]) -> tuple[GpuInfo, GpuSample]:
@@ -213,7 +219,7 @@ def gpu_health(index: int, model: str, uuid: str, values: Mapping[str, float], n
 
 def _gpu_key(labels: Mapping[str, str]) -> tuple[str, str] | None:
     host, gpu = labels.get(HOST_LABEL), labels.get("gpu")
-    if host is None or gpu is None or not gpu.isdigit():
+    if host is None or gpu is None or _index(gpu) is None:
         return None
     return host, gpu
 
@@ -260,8 +266,8 @@ def build_pods(allocated: Iterable[Mapping[str, str]], values: Iterable[tuple[Ma
     rows = []
     for labels in allocated:
         key = _pod_key(labels)
-        gpu = labels.get("gpu", "")
-        if not gpu.isdigit() or not key[2]:
+        gpu = _index(labels.get("gpu", ""))
+        if gpu is None or not key[2]:
             continue
         found = readings.get(key, {})
         util = found.get("DCGM_FI_DEV_GPU_UTIL")
@@ -269,10 +275,10 @@ def build_pods(allocated: Iterable[Mapping[str, str]], values: Iterable[tuple[Ma
             util = found["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] * 100.0
         used = found.get("DCGM_FI_DEV_FB_USED")
         rows.append(ClusterPod(
-            hostname=key[0], namespace=key[1], pod=key[2], container=key[3], gpu=int(gpu),
+            hostname=key[0], namespace=key[1], pod=key[2], container=key[3], gpu=gpu,
             uuid=labels.get("UUID", ""), resource=labels.get("resource", ""), sharing=labels.get("sharing", ""),
             mig_profile=labels.get("GPU_I_PROFILE", ""), mig_instance=labels.get("GPU_I_ID", ""),
-            utilization_pct=_float(util), memory_used_bytes=None if used is None else used * MIB,
+            utilization_pct=_float(util), memory_used_bytes=_bytes(used),
             idle=key in idle_keys,
         ))
     return tuple(sorted(rows, key=lambda row: (row.namespace, row.pod, row.container, row.hostname, row.gpu,

@@ -2,7 +2,8 @@
 
 Like the sampler for the local GPUs: the pages only read the newest :class:`ClusterState`. The thread refreshes
 every few seconds while a cluster page is open and sleeps when none has been for a minute. A failure keeps the last
-good answer, says why, and is retried at the next refresh.
+good answer, says why, and is retried at the next refresh. One refresh (all its queries) has one deadline, the
+client's timeout; any answer, however malformed, ends as a one-line reason, and the thread runs supervised.
 """
 
 from __future__ import annotations
@@ -24,19 +25,23 @@ from nvdash.cluster.model import (
     build_pods,
 )
 from nvdash.cluster.promapi import PrometheusClient, PrometheusError
+from nvdash.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 DEFAULT_REFRESH_S = 5.0
 IDLE_AFTER_S = 60.0
 """Stop asking Prometheus when no cluster page has been open for this long."""
+THREAD = "nvdash-cluster"
 
 
 class ClusterPoller:
     """Refreshes the cluster state from Prometheus on its own thread while pages want it."""
 
     def __init__(self, client: PrometheusClient, refresh_s: float = DEFAULT_REFRESH_S,
-                 clock: Callable[[], float] = time.time, idle_after_s: float = IDLE_AFTER_S) -> None:
+                 clock: Callable[[], float] = time.time, idle_after_s: float = IDLE_AFTER_S,
+                 supervisor: Supervisor | None = None) -> None:
         self.client = client
+        self.supervisor = supervisor if supervisor is not None else Supervisor()
         self.refresh_s = refresh_s
         self.clock = clock
         self.idle_after_s = idle_after_s
@@ -46,6 +51,7 @@ class ClusterPoller:
         self._stop = threading.Event()
         self._wanted_at = -float("inf")
         self._thread: threading.Thread | None = None
+        self._logged_failure: str | None = None
 
     @property
     def url(self) -> str:
@@ -67,8 +73,9 @@ class ClusterPoller:
     def start(self) -> None:
         """Start the thread (it sleeps until a page wants the state)."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="nvdash-cluster", daemon=True)
-            self._thread.start()
+            # A round lasts at most a refresh's deadline plus the pause; sleeping, the thread beats every pause.
+            self._thread = self.supervisor.spawn(THREAD, self._run, self._stop,
+                                                 expect_every_s=self.refresh_s + self.client.timeout_s)
 
     def stop(self) -> None:
         """Stop the thread (a query in flight ends within the client's timeout)."""
@@ -81,40 +88,57 @@ class ClusterPoller:
     def _run(self) -> None:
         while not self._stop.is_set():
             if time.monotonic() - self._wanted_at > self.idle_after_s:
-                self._wake.wait()
-                self._wake.clear()
+                if self._wake.wait(self.refresh_s):
+                    self._wake.clear()
+                self.supervisor.beat(THREAD)
                 continue
             self.refresh()
+            self.supervisor.beat(THREAD)
             self._stop.wait(self.refresh_s)
 
     def refresh(self) -> ClusterState:
-        """Ask Prometheus once and keep the answer (or, on failure, the last one with the reason)."""
+        """Ask Prometheus once, within the client's timeout for all the queries together, and keep the answer (or,
+        on failure, the last one with the reason)."""
         began = time.perf_counter()
+        deadline = time.monotonic() + self.client.timeout_s
         now = self.clock()
         previous = self.state()
         try:
-            current = self.client.instant(GPU_QUERY)
-            seen = self.client.instant(SEEN_QUERY)
-            allocated = self.client.instant(ALLOCATED_QUERY)
-            values = self.client.instant(POD_VALUES_QUERY)
-            idle = self.client.instant(IDLE_QUERY)
+            state = self._ask(now, deadline, previous, began)
         except PrometheusError as error:
-            if previous.error != str(error):
-                log.warning("cluster view: %s", error)
-            state = dataclasses.replace(previous, error=str(error), generation=previous.generation + 1,
-                                        queries_ms=(time.perf_counter() - began) * 1000.0)
-        else:
-            state = ClusterState(
-                time_s=now,
-                gpus=build_gpus(((s.labels, s.value) for s in current.samples), (s.labels for s in seen.samples),
-                                now),
-                pods=build_pods((s.labels for s in allocated.samples), ((s.labels, s.value) for s in values.samples),
-                                ((s.labels, s.value) for s in idle.samples)),
-                ok_time_s=now,
-                truncated=any(answer.truncated for answer in (current, seen, allocated, values, idle)),
-                generation=previous.generation + 1,
-                queries_ms=(time.perf_counter() - began) * 1000.0,
-            )
+            state = self._failed(previous, str(error), began)
+        except Exception as error:
+            # A bug of nvdash's over an answer nobody foresaw: say so on the page, once with the traceback in the log.
+            detail = " ".join(str(error).split())
+            reason = f"nvdash could not read Prometheus's answer: {type(error).__name__}: {detail}"
+            if self._logged_failure != type(error).__name__:
+                log.exception("cluster view: %s", reason)
+                self._logged_failure = type(error).__name__
+            state = self._failed(previous, reason[:300], began)
         with self._lock:
             self._state = state
         return state
+
+    def _failed(self, previous: ClusterState, reason: str, began: float) -> ClusterState:
+        if previous.error != reason:
+            log.warning("cluster view: %s", reason)
+        return dataclasses.replace(previous, error=reason, generation=previous.generation + 1,
+                                   queries_ms=(time.perf_counter() - began) * 1000.0)
+
+    def _ask(self, now: float, deadline: float, previous: ClusterState, began: float) -> ClusterState:
+        current = self.client.instant(GPU_QUERY, deadline_mono=deadline)
+        seen = self.client.instant(SEEN_QUERY, deadline_mono=deadline)
+        allocated = self.client.instant(ALLOCATED_QUERY, deadline_mono=deadline)
+        values = self.client.instant(POD_VALUES_QUERY, deadline_mono=deadline)
+        idle = self.client.instant(IDLE_QUERY, deadline_mono=deadline)
+        return ClusterState(
+            time_s=now,
+            gpus=build_gpus(((s.labels, s.value) for s in current.samples), (s.labels for s in seen.samples),
+                            now),
+            pods=build_pods((s.labels for s in allocated.samples), ((s.labels, s.value) for s in values.samples),
+                            ((s.labels, s.value) for s in idle.samples)),
+            ok_time_s=now,
+            truncated=any(answer.truncated for answer in (current, seen, allocated, values, idle)),
+            generation=previous.generation + 1,
+            queries_ms=(time.perf_counter() - began) * 1000.0,
+        )

@@ -258,18 +258,31 @@ def health(
         "events": runtime.store.event_seq,
         "threads": runtime.supervisor.report(),
     }
+    if runtime.cluster is not None:
+        result["cluster"] = cluster_health(runtime.cluster)
     result.update(counts)
     return JsonAnswer(result, STALE_STATUS) if stuck else result
 
 
-def _listen_on(settings: Settings) -> dict[str, Any]:
+def cluster_health(cluster: ClusterRuntime) -> dict[str, Any]:
+    """The cluster pages' Prometheus: its URL, the last refresh's failure (``None``: it answered) and when it last
+    answered (epoch seconds, ``None``: never)."""
+    state = cluster.poller.state()
+    return {"prometheus": cluster.client.url, "error": state.error, "last_answer_at": state.ok_time_s,
+            "refreshes": state.generation}
+
+
+def _listen_on(settings: Settings, *, own_socket: bool = False) -> dict[str, Any]:
     """Bokeh's arguments for where to listen; raises ``OSError`` when the unix socket's path is taken.
 
-    Bokeh (Tornado) replaces whatever socket file is at the path, so a live server's socket is checked for first.
+    Bokeh (Tornado) replaces whatever socket file is at the path, so a live server's socket is checked for first
+    (unless the socket there is this process's own, ``own_socket``).
     """
     path = settings.unix_socket
     if path is None:
         return {"address": settings.host, "port": settings.port}
+    if own_socket:
+        return {"unix_socket": path + BOKEH_SOCKET_SUFFIX}
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -287,11 +300,17 @@ def _listen_on(settings: Settings) -> dict[str, Any]:
     raise OSError(errno.EADDRINUSE, "another server is listening on it")
 
 
-def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = None) -> Server:
+BOKEH_SOCKET_SUFFIX = ".bokeh"
+
+
+def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = None,
+                listener: socket.socket | None = None) -> Server:
     """A Bokeh server (bound, not started) serving every available dashboard and the server's pages.
 
     Listens on ``settings.unix_socket`` (a file of mode 0600) when given, else on ``host``:``port``. Raises
-    ``OSError`` when that cannot be bound.
+    ``OSError`` when that cannot be bound. ``listener``: a socket this process bound at ``settings.unix_socket``
+    before starting up (the proxy's entry point does, so that requests wait rather than fail while nvdash starts);
+    it is served, and left open when the server stops.
     """
     bokeh_settings.resources.set_value("server")
     store = runtime.store
@@ -353,7 +372,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
     server = Server(
         applications,
         io_loop=io_loop,
-        **_listen_on(settings),
+        **_listen_on(settings, own_socket=listener is not None),
         prefix=prefix,
         allow_websocket_origin=[origin for origin in origins if not origin.startswith("[")],
         auth_provider=_auth_provider(settings),
@@ -371,6 +390,12 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         http_server_kwargs=door.http_server_kwargs(settings.connection_timeout_s),
         websocket_max_message_size=door.MAX_BUFFER_BYTES,
     )
+    if listener is not None:
+        # Bokeh's Server binds its own socket (beside the path, unlinked at once: nobody connects to it) and offers
+        # no public way to add one to its Tornado HTTPServer. A duplicate: Tornado closes its sockets on stop, and
+        # the caller's listener stays open for the next nvdash.
+        os.unlink(f"{settings.unix_socket}{BOKEH_SOCKET_SUFFIX}")
+        server._http.add_sockets([listener.dup()])
     _allow_bracketed_origins(server, [origin for origin in origins if origin.startswith("[")])
     refuse_preflights_without_origin(server)
     door.install(server, allowed_hosts(settings), gate_of_server(server))

@@ -13,12 +13,19 @@ know in advance, and jupyter-server-proxy forwards it unchanged. Rather than acc
 ``http://localhost``, the address of a client of nvdash's socket, which nvdash on a unix socket accepts by
 default. The browser-facing origin check stays where it belongs, in Jupyter.
 
-Restarts: jupyter-server-proxy (4.x) runs the process under simpervisor, which restarts it at once when it exits
-with a non-zero status and never when it exits with 0. After a zero exit the proxy keeps the dead process as its
-own (it starts one only when it holds none), so every later request fails until Jupyter restarts; simpervisor's
-``always_restart`` is not configurable through the proxy. So the proxied process is :func:`main`, which exits
-with ``EX_TEMPFAIL`` (75) after nvdash stops cleanly (SIGTERM): a stop from outside is restarted like a crash,
-while Jupyter's own shutdown, which simpervisor marks as a kill, still ends it for good.
+Restarts: jupyter-server-proxy (4.x) starts the process once and then proxies every request straight to its
+socket, never checking that the process still runs; a refused connection becomes a 500. simpervisor restarts a
+process that exits non-zero (never one that exits 0), but a request in the moment between the old process's exit
+and the new one's bind would still fail. So after a clean stop (SIGTERM) :func:`main` restarts nvdash *in place*:
+it execs a fresh nvdash in the same process, handing it the listening socket, which therefore never stops
+listening; requests meanwhile wait in its backlog and are answered by the fresh nvdash (the first request after
+the SIGTERM included). Jupyter's own shutdown also sends SIGTERM: a watcher ends nvdash for good once the Jupyter
+process that started it is gone (checked every ``PARENT_CHECK_S``). When the exec fails, nvdash exits with
+``EX_TEMPFAIL`` (75) for simpervisor to restart it.
+
+Startup: :func:`main` binds the socket before anything else and hands it to the server, so a request that arrives
+while nvdash starts (Bokeh takes seconds to import) waits for its answer instead of failing on a socket nobody
+listens on.
 
 Start failures: the proxy polls the socket with HTTP requests until anything answers (up to
 ``$NVDASH_START_TIMEOUT`` seconds) and does not notice the process exiting. A configuration nvdash rejects at
@@ -33,9 +40,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import stat
 import sys
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,7 +59,12 @@ DEFAULT_START_TIMEOUT_S = 30.0
 PROXY_ORIGIN = "http://localhost"
 """The Origin the proxy presents to nvdash, one that nvdash on a unix socket accepts by default."""
 RESTART_STATUS = 75
-"""The exit status after a clean stop (``EX_TEMPFAIL``): non-zero, so that simpervisor starts nvdash again."""
+"""The exit status when a restart in place failed (``EX_TEMPFAIL``): non-zero, so that simpervisor starts nvdash
+again."""
+ENV_LISTEN_FD = "NVDASH_PROXY_LISTEN_FD"
+ENV_PARENT = "NVDASH_PROXY_PARENT"
+"""Set by a restart in place only: the listening socket's descriptor and the Jupyter process that started nvdash."""
+PARENT_CHECK_S = 0.5
 
 
 def command() -> list[str]:
@@ -95,11 +110,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if path is None:
         print(f"nvdash: error: python -m {MODULE} needs --unix-socket PATH", file=sys.stderr)
         return 2
-    try:
-        listener = bind_private_socket(path)
-    except OSError as error:
-        print(f"nvdash: error: cannot listen on unix socket {path}: {error.strerror or error}", file=sys.stderr)
-        return 1
+    parent = _restarted_by(os.environ)
+    if parent is not None and os.getppid() != parent:
+        return 0  # Jupyter went away while nvdash restarted: nothing to serve
+    listener = _inherited_listener(os.environ, path) if parent is not None else None
+    for name in (ENV_LISTEN_FD, ENV_PARENT):
+        os.environ.pop(name, None)
+    if listener is None:
+        try:
+            listener = bind_private_socket(path)
+        except OSError as error:
+            print(f"nvdash: error: cannot listen on unix socket {path}: {error.strerror or error}", file=sys.stderr)
+            return 1
+    parent = os.getppid()
+    orphaned = threading.Event()
+    threading.Thread(target=_watch_parent, args=(parent, orphaned), name="nvdash-proxy-parent", daemon=True).start()
 
     from nvdash.cli import UsageError, parse_settings  # noqa: PLC0415 - after the socket is bound
 
@@ -107,14 +132,68 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = parse_settings(arguments, os.environ)
     except UsageError as error:
         return _report_until_stopped(listener, str(error), status=2)
-    listener.close()
     from nvdash.server.run import StartupError, serve  # noqa: PLC0415 - Bokeh takes seconds to import
 
     try:
-        serve(settings)
+        # The socket stays bound while nvdash starts: a request meanwhile waits for the answer rather than failing.
+        serve(settings, listener=listener)
     except StartupError as error:
+        listener.close()
         return _report_until_stopped(bind_private_socket(path), str(error), status=1)
+    if orphaned.is_set():
+        return 0
+    _restart_in_place(listener, parent, arguments)
     return RESTART_STATUS
+
+
+def _restarted_by(environ: Mapping[str, str]) -> int | None:
+    """The Jupyter process that started the nvdash this one replaces (``None``: a first start)."""
+    text = environ.get(ENV_PARENT, "")
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _inherited_listener(environ: Mapping[str, str], path: str) -> socket.socket | None:
+    """The listening socket at ``path`` the replaced nvdash left open (``None``: none, or not that one)."""
+    text = environ.get(ENV_LISTEN_FD, "")
+    if not (text.isascii() and text.isdigit()):
+        return None
+    try:
+        listener = socket.socket(fileno=int(text))
+    except OSError:
+        return None
+    try:
+        if listener.family == socket.AF_UNIX and listener.getsockname() == path:
+            listener.set_inheritable(False)
+            listener.setblocking(False)
+            return listener
+    except OSError:
+        pass
+    listener.detach()
+    return None
+
+
+def _watch_parent(parent: int, orphaned: threading.Event) -> None:
+    """Stop nvdash for good once the Jupyter that started it is gone (its shutdown also sends SIGTERM)."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    orphaned.set()
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _restart_in_place(listener: socket.socket, parent: int, arguments: Sequence[str]) -> None:
+    """Replace this process with a fresh nvdash that keeps ``listener``: requests wait in its backlog meanwhile.
+
+    Returns only when the exec failed (the caller then exits for simpervisor to restart it).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    listener.set_inheritable(True)
+    environ = {**os.environ, ENV_LISTEN_FD: str(listener.fileno()), ENV_PARENT: str(parent)}
+    try:
+        os.execve(sys.executable, [sys.executable, "-m", MODULE, *arguments], environ)
+    except OSError as error:
+        print(f"nvdash: cannot restart in place ({error.strerror or error}); exiting to be restarted",
+              file=sys.stderr, flush=True)
 
 
 def bind_private_socket(path: str) -> socket.socket:

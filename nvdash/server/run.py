@@ -119,7 +119,7 @@ def _with_metrics(settings: Settings, runtime: Runtime) -> Runtime:
 def _with_cluster(settings: Settings, runtime: Runtime) -> Runtime:
     """The runtime with the cluster pages' Prometheus client (unstarted), when ``--prometheus`` was given."""
     if settings.prometheus_url is not None:
-        runtime.cluster = open_cluster(settings.prometheus_url)
+        runtime.cluster = open_cluster(settings.prometheus_url, supervisor=runtime.supervisor)
     return runtime
 
 
@@ -179,14 +179,14 @@ def start_lines(settings: Settings) -> list[str]:
     return lines
 
 
-def serve(settings: Settings) -> int:
-    """Run the server until interrupted; returns the exit status."""
+def serve(settings: Settings, listener: socket.socket | None = None) -> int:
+    """Run the server until interrupted; returns the exit status. ``listener``: see :func:`make_server`."""
     logging.basicConfig(level=logging.WARNING, format="nvdash: %(levelname)s: %(message)s")
     settings = with_token(settings)
     hardware, runtime = start_runtime(settings)
     try:
         try:
-            server = make_server(settings, runtime)
+            server = make_server(settings, runtime, listener=listener)
         except OSError as error:
             if settings.unix_socket is not None:
                 reason = error.strerror or str(error)
