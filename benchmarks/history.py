@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import nvdash.history.writer as writer_module
+from nvdash.history.database import uri
 from nvdash.history.query import SqliteHistory
 from nvdash.history.ranges import PRESETS, parse_duration
 from nvdash.history.tiers import DAY_S, DEFAULT_RETENTION_S
@@ -235,7 +236,7 @@ def file_report(path: Path) -> tuple[int, int, int, list[tuple[str, int, float]]
     size = path.stat().st_size
     wal = path.with_name(path.name + "-wal")
     wal_size = wal.stat().st_size if wal.exists() else 0
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    connection = sqlite3.connect(uri(path), uri=True)
     try:
         free = connection.execute("PRAGMA freelist_count").fetchone()[0] * connection.execute(
             "PRAGMA page_size").fetchone()[0]
@@ -292,7 +293,7 @@ def time_queries(path: Path, end_s: float, repeat: int) -> list[QueryRow]:
 
 
 def newest_reading(path: Path) -> float:
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    connection = sqlite3.connect(uri(path), uri=True)
     try:
         return float(connection.execute("SELECT max(t) FROM gpu_raw").fetchone()[0])
     finally:

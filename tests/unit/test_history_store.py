@@ -28,6 +28,7 @@ from nvdash.history.database import (
     WriteLock,
     lock_for_writing,
     open_database,
+    uri,
 )
 from nvdash.history.query import SqliteHistory
 from nvdash.history.replay import recent_snapshots
@@ -89,7 +90,7 @@ def simple(time_s: float, gpus: int = 1, utilization: float = 50.0, cpu: float =
 
 def rows(path: Path, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
     """Rows of ``sql`` over the file, read with a plain connection (not nvdash's)."""
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    connection = sqlite3.connect(uri(path), uri=True)
     try:
         return connection.execute(sql, parameters).fetchall()
     finally:
