@@ -17,7 +17,7 @@ what a server that has been running that long holds (the steady state). ``--bulk
 at the live batch size.
 
 Pruning: the writer deletes rows older than their table's horizon at most once per ``PRUNE_EVERY_S`` (60 s) of
-monotonic time. Here the writer module's monotonic clock is the newest reading's time, so it prunes once per
+monotonic time. Here the writer's (injected) monotonic clock is the newest reading's time, so it prunes once per
 60 s of readings, as a live server does, and the file ends as a week-old server's does: raw rows 6 h, the 10 s
 tier 2 days, the coarser tiers the whole retention.
 
@@ -173,8 +173,9 @@ def build_history(path: Path, pool: Pool, args: argparse.Namespace) -> Build:
     patched = {"time": clock, "rollup": rollup, "prune": prune}
     originals = {name: vars(writer_module)[name] for name in patched}
     vars(writer_module).update(patched)
+    clock.now_s = first_s
     writer = HistoryWriter(path, pool.inventory, f"simulated:{args.profile}", args.interval,
-                           retention_s=args.retention_days * DAY_S, clock=lambda: first_s)
+                           retention_s=args.retention_days * DAY_S, clock=lambda: first_s, monotonic=clock.monotonic)
     try:
         writer.open()
         sweeps, usages = pool.sweeps, pool.usages
