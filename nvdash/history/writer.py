@@ -216,9 +216,17 @@ class HistoryWriter:
             self._events.clear()
         self.stats.queued = 0
         tallies = self.accounting.drain() if self.accounting is not None else {}
-        if (snapshots or events or tallies) and not self._write(snapshots, events, tallies):
-            self._requeue(snapshots, events)
-            return
+        if snapshots or events or tallies:
+            try:
+                written = self._write(snapshots, events, tallies)
+            except Exception:  # not the disk: a bug, for the supervisor to log; retrying the batch would repeat it
+                self.stats.dropped += len(snapshots)
+                if tallies and self.accounting is not None:
+                    self.accounting.restore(tallies)
+                raise
+            if not written:
+                self._requeue(snapshots, events)
+                return
         now = self._monotonic()
         if now >= self._next_prune and snapshots:
             self._next_prune = now + PRUNE_EVERY_S
