@@ -334,18 +334,19 @@ class StoreCollector:
         if self.options.stale_after_s is not None:
             yield from self._timestamps(newest)
 
-    @staticmethod
-    def _timestamps(newest: Snapshot | None) -> Iterator[Metric]:
-        """When the newest sweep and the newest process reading were taken (absent before the first)."""
+    def _timestamps(self, newest: Snapshot | None) -> Iterator[Metric]:
+        """When the newest sweep and the newest process reading were taken (absent before the first), labelled
+        with the node's ``Hostname`` like every other series, so a cluster's alert names the node."""
         if newest is None:
             return
+        labels = {"Hostname": self.options.hostname}
         sweep = Metric(LAST_SAMPLE_FAMILY, "Unix time of the newest completed sweep of the sampler.", "gauge")
-        sweep.add_sample(LAST_SAMPLE_FAMILY, {}, newest.time_s)
+        sweep.add_sample(LAST_SAMPLE_FAMILY, labels, newest.time_s)
         yield sweep
         if newest.usage is not None:
             usage = Metric(LAST_PROCESS_SAMPLE_FAMILY, "Unix time of the newest reading of the GPU processes.",
                            "gauge")
-            usage.add_sample(LAST_PROCESS_SAMPLE_FAMILY, {}, newest.usage.time_s)
+            usage.add_sample(LAST_PROCESS_SAMPLE_FAMILY, labels, newest.usage.time_s)
             yield usage
 
     def _gpu_family(self, counter: Counter, scrape: _Scrape) -> Metric:

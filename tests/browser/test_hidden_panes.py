@@ -44,7 +44,9 @@ def test_a_hidden_pane_is_not_updated_and_catches_up_when_shown() -> None:
                     streams.append(rows)
 
         page.on("websocket", lambda socket: socket.on("framereceived", on_frame))
-        # The dashboard in a frame, as a JupyterLab pane shows it.
+        # The dashboard in a frame, as a JupyterLab pane shows it: framed by a page of the same origin (the
+        # pane's page is Jupyter's, which proxies nvdash), as the server's frame-ancestors policy requires.
+        page.goto(server.url + "/health")
         page.set_content(f'<iframe id="pane" src="{server.url}/GPU-Resources" style="width:1100px;height:800px">'
                          "</iframe>")
         frame = wait_for(lambda: next((f for f in page.frames if f.url.endswith("/GPU-Resources")), None),

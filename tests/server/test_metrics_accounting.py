@@ -51,7 +51,13 @@ def test_idle_gauge_and_job_label_on_dgx_h100(tmp_path: Path) -> None:
         # The others are owned by no Slurm job or pod (their processes' owners are users): an empty label.
         assert {gpu: labels["hpc_job"] for gpu, (labels, _) in utilization.items() if gpu not in ("0", "7")} == {
             str(gpu): "" for gpu in range(1, 7)}
-        assert all("hpc_job" in labels for samples in found.values() for labels, _ in samples)
+        # Every GPU's series carries it; the node's own freshness gauges belong to no GPU and no job.
+        node_level = {"nvdash_last_sample_timestamp_seconds", "nvdash_last_process_sample_timestamp_seconds"}
+        assert node_level <= set(found)
+        assert all("hpc_job" in labels for name, samples in found.items() if name not in node_level
+                   for labels, _ in samples)
+        assert all("hpc_job" not in labels and "gpu" not in labels for name in node_level
+                   for labels, _ in found[name])
         # The gauge keeps counting while the job stays idle.
         later = wait_for(lambda: scrape(server.url), lambda f: by_gpu(f, IDLE)["7"][1] > idle["7"][1] + 0.5,
                          timeout_s=30.0)

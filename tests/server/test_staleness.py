@@ -6,6 +6,7 @@ The simulation's ``hang_host:PATH`` fault holds the host reading (on the sampler
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import urllib.request
@@ -109,7 +110,7 @@ def test_a_stuck_sampler_is_stale_everywhere_and_recovers(tmp_path: Path) -> Non
             wanted = f"no new readings since {time.strftime('%H:%M:%S', time.localtime(since))}"
 
             found = _metrics(base)
-            assert found["nvdash_last_sample_timestamp_seconds"] == [({}, since)]
+            assert found["nvdash_last_sample_timestamp_seconds"] == [({"Hostname": socket.gethostname()}, since)]
             frozen = {name: samples for name, samples in found.items() if name.startswith("DCGM_") and samples}
             assert frozen == {}, "frozen GPU readings are not exported"
 

@@ -141,11 +141,11 @@ def test_metrics_leave_out_gpu_readings_older_than_the_bound_and_say_when_the_ne
     store = _store(1000.0)
     fresh = _scrape(store, 1001.5, 1.5)
     assert [value for _, value in fresh["DCGM_FI_DEV_GPU_UTIL"]] == [87.0]
-    assert fresh["nvdash_last_sample_timestamp_seconds"] == [({}, 1000.0)]
-    assert fresh["nvdash_last_process_sample_timestamp_seconds"] == [({}, 998.0)]
+    assert fresh["nvdash_last_sample_timestamp_seconds"] == [({"Hostname": "n1"}, 1000.0)]
+    assert fresh["nvdash_last_process_sample_timestamp_seconds"] == [({"Hostname": "n1"}, 998.0)]
     stale = _scrape(store, 1001.6, 1.5)
     assert all(not samples for name, samples in stale.items() if name.startswith("DCGM_"))
-    assert stale["nvdash_last_sample_timestamp_seconds"] == [({}, 1000.0)]
+    assert stale["nvdash_last_sample_timestamp_seconds"] == [({"Hostname": "n1"}, 1000.0)]
     unbounded = _scrape(store, 9e9, None)  # a replay: the recording's readings, and no timestamps
     assert [value for _, value in unbounded["DCGM_FI_DEV_GPU_UTIL"]] == [87.0]
     assert "nvdash_last_sample_timestamp_seconds" not in unbounded
