@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import types
+import typing
 from typing import Any
 
 from nvdash.sampling.records import GpuInfo, HostInfo, Inventory
@@ -14,10 +17,44 @@ def dumps(inventory: Inventory) -> str:
     return json.dumps(dataclasses.asdict(inventory), separators=(",", ":"))
 
 
-def _known(cls: type[Any], fields: dict[str, Any]) -> dict[str, Any]:
-    """Only the fields ``cls`` has (a file from another version may have more or fewer)."""
-    names = {field.name for field in dataclasses.fields(cls)}
-    return {key: value for key, value in fields.items() if key in names}
+def _value_fits(value: Any, hint: Any) -> bool:
+    """Whether a JSON value can stand for a field of type ``hint`` (``int``, ``float | None``, ``tuple[int, ...]``)."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_value_fits(value, arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is tuple:
+        (item, *_) = typing.get_args(hint) or (Any,)
+        return isinstance(value, list) and all(_value_fits(entry, item) for entry in value)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if hint is str:
+        return isinstance(value, str)
+    return True
+
+
+def _known(cls: type[Any], fields: Any) -> dict[str, Any]:
+    """Only the fields ``cls`` has (a file from another version may have more or fewer), each of its type.
+
+    Raises ``TypeError`` for a value of another type (a damaged or crafted file): pages would fail on it later.
+    """
+    if not isinstance(fields, dict):
+        raise TypeError(f"{cls.__name__} is not an object")
+    hints = typing.get_type_hints(cls)
+    known: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        if field.name not in fields:
+            continue
+        value = fields[field.name]
+        if field.name not in ("host", "gpus") and not _value_fits(value, hints[field.name]):
+            raise TypeError(f"{cls.__name__}.{field.name} is {json.dumps(value)[:40]}, not {hints[field.name]}")
+        known[field.name] = value
+    return known
 
 
 def loads(text: str) -> Inventory:
