@@ -146,11 +146,16 @@ def poll_until(server: Server, condition: Callable[[int, Any], bool], timeout_s:
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
         code, body = server.health()
-        server.statuses.append((time.monotonic(), code, list(body.get("stuck", []))))
+        server.statuses.append((time.monotonic(), code, stuck_parts(body)))
         if condition(code, body):
             return time.monotonic() - started
         time.sleep(0.25)
     return None
+
+
+def stuck_parts(body: Any) -> list[str]:
+    """The names of the parts /health calls stuck."""
+    return [item["part"] if isinstance(item, dict) else str(item) for item in body.get("stuck", [])]
 
 
 def watch(server: Server, seconds: float) -> None:
@@ -255,6 +260,12 @@ def _seconds(value: float | str | None) -> str:
 
 
 
+def fault_none(server: Server, hold_s: float) -> Outcome:
+    """The viewers alone: what the other rows compare against (a loaded machine misses sweeps too)."""
+    watch(server, hold_s)
+    return "n/a", "n/a", f"{hold_s:g} s of viewers only"
+
+
 def fault_mapping_file(server: Server, name: str, make: Callable[[Path], None], hold_s: float) -> Outcome:
     """A hostile entry in the job-mapping directory: named in accounting.job_mapping_refused, and gone from it
     once removed; the valid file next to it stays mapped."""
@@ -276,7 +287,7 @@ def fault_mapping_file(server: Server, name: str, make: Callable[[Path], None], 
 
 def fault_stuck_sampler(server: Server, hold_s: float) -> Outcome:
     server.hang_file.write_text("hang")
-    detect = poll_until(server, lambda code, body: code == 503 and "sampler" in body["stuck"], 120)
+    detect = poll_until(server, lambda code, body: code == 503 and "sampler" in stuck_parts(body), 120)
     watch(server, hold_s)
     server.hang_file.unlink()
     recover = poll_until(server, lambda code, body: code == 200, 120)
@@ -374,7 +385,8 @@ def fault_half_sent(server: Server, timeout_s: float) -> Outcome:
     return "n/a", closed_at, note
 
 
-def _get(server: Server, path: str, host: str, extra: str = "") -> tuple[str, bytes]:
+def _get(server: Server, path: str, host: str, extra: str = "") -> tuple[str, bytes, bytes]:
+    """A GET's status line, headers (lower case) and body."""
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
         sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n".encode())
         answer = b""
@@ -384,15 +396,16 @@ def _get(server: Server, path: str, host: str, extra: str = "") -> tuple[str, by
                 break
             answer += piece
     head, _, body = answer.partition(b"\r\n\r\n")
-    return head.split(b"\r\n", 1)[0].decode(errors="replace"), body
+    status, _, headers = head.partition(b"\r\n")
+    return status.decode(errors="replace"), headers.lower(), body
 
 
 def fault_rebinding(server: Server) -> Outcome:
     host = f"rebind.example:{server.port}"
-    page, _ = _get(server, "/GPU-Utilization", host)
-    ws, _ = _get(server, "/GPU-Utilization/ws", host, "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+    page, _, _ = _get(server, "/GPU-Utilization", host)
+    ws, _, _ = _get(server, "/GPU-Utilization/ws", host, "Upgrade: websocket\r\nConnection: Upgrade\r\n"
                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n")
-    health, _ = _get(server, "/health", host)
+    health, _, _ = _get(server, "/health", host)
     return "n/a", "n/a", f"page {page[9:12]}, websocket {ws[9:12]}, /health {health[9:12]}"
 
 
@@ -400,13 +413,18 @@ def fault_markup(server: Server) -> Outcome:
     quoted = urllib.parse.quote(MARKUP)
     paths = [f"/GPU-Utilization?x={quoted}", f"/health?since={quoted}", f"/no-such-page?{quoted}",
              f"/history.json?range={quoted}", f"/{quoted}"]
-    raw = 0
+    html = other = 0
     codes = []
     for path in paths:
-        status, body = _get(server, path, f"127.0.0.1:{server.port}")
+        status, headers, body = _get(server, path, f"127.0.0.1:{server.port}")
         codes.append(status[9:12])
-        raw += MARKUP.encode() in body
-    return "n/a", "n/a", f"answers {'/'.join(codes)}; markup returned unescaped in {raw}/{len(paths)}"
+        if MARKUP.encode() in body:
+            if b"content-type: text/html" in headers:
+                html += 1
+            else:
+                other += 1
+    return "n/a", "n/a", (f"answers {'/'.join(codes)}; markup unescaped in {html}/{len(paths)} HTML answers, "
+                          f"echoed verbatim in {other} non-HTML (JSON, nosniff) answers")
 
 
 def start_server(args: argparse.Namespace, workdir: Path, rogue: RoguePrometheus) -> Server:
@@ -422,7 +440,7 @@ def start_server(args: argparse.Namespace, workdir: Path, rogue: RoguePrometheus
                 # A wall-clock jump (NTP, an operator's date -s) leaves the monotonic clock alone.
                 "FAKETIME_DONT_FAKE_MONOTONIC": "1",
                 "NVDASH_FAKE_FAULTS": f"hang_host:{hang_file}", "NVDASH_CONNECTION_TIMEOUT": str(timeout_s)})
-    command = [sys.executable, "-m", "nvdash", "--simulate", "dgx-h100", "--port", str(port),
+    command = [sys.executable, "-c", LAUNCHER, "--simulate", "dgx-h100", "--port", str(port),
                "--interval", str(args.interval), "--history", str(history), "--job-mapping-dir", str(mapping),
                "--prometheus", rogue.url]
     log = (workdir / "server.log").open("wb")
@@ -445,6 +463,7 @@ def phases(server: Server, quick: bool) -> list[tuple[str, Callable[[], Outcome]
     # Forward long enough for the history writer's once-a-minute pruning to run under the new clock.
     jump_hold = 10.0 if quick else 70.0
     return [
+        ("no fault (baseline)", lambda: fault_none(server, hold)),
         ("FIFO in mapping dir", lambda: fault_mapping_file(server, "3", os.mkfifo, hold)),
         ("symlink to /dev/zero in mapping dir",
          lambda: fault_mapping_file(server, "5", lambda p: p.symlink_to("/dev/zero"), hold)),
@@ -459,6 +478,15 @@ def phases(server: Server, quick: bool) -> list[tuple[str, Callable[[], Outcome]
         ("markup in query string", lambda: fault_markup(server)),
     ]
 
+
+LAUNCHER = (
+    "import runpy, threading, time\n"
+    "_never = threading.Event()\n"
+    "time.sleep = lambda seconds: None if _never.wait(max(0.0, seconds)) else None\n"
+    "runpy.run_module('nvdash', run_name='__main__', alter_sys=True)\n"
+)
+"""``python -m nvdash`` with ``time.sleep`` as a timed wait: libfaketime 0.9.10 with FAKETIME_DONT_FAKE_MONOTONIC
+fails Python's sleep (clock_nanosleep on the monotonic clock, absolute) with EINVAL; condition waits work."""
 
 HEADER = ("| fault | /health said so | recovered | readings lost | worst loop stall ms | RSS MiB | threads | open fds "
           "| notes |")
