@@ -17,7 +17,7 @@ what a server that has been running that long holds (the steady state). ``--bulk
 at the live batch size.
 
 Pruning: the writer deletes rows older than their table's horizon at most once per ``PRUNE_EVERY_S`` (60 s) of
-monotonic time. Here the writer module's monotonic clock is the newest reading's time, so it prunes once per
+monotonic time. Here the writer's (injected) monotonic clock is the newest reading's time, so it prunes once per
 60 s of readings, as a live server does, and the file ends as a week-old server's does: raw rows 6 h, the 10 s
 tier 2 days, the coarser tiers the whole retention.
 
@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import nvdash.history.writer as writer_module
+from nvdash.history.database import uri
 from nvdash.history.query import SqliteHistory
 from nvdash.history.ranges import PRESETS, parse_duration
 from nvdash.history.tiers import DAY_S, DEFAULT_RETENTION_S
@@ -172,8 +173,9 @@ def build_history(path: Path, pool: Pool, args: argparse.Namespace) -> Build:
     patched = {"time": clock, "rollup": rollup, "prune": prune}
     originals = {name: vars(writer_module)[name] for name in patched}
     vars(writer_module).update(patched)
+    clock.now_s = first_s
     writer = HistoryWriter(path, pool.inventory, f"simulated:{args.profile}", args.interval,
-                           retention_s=args.retention_days * DAY_S, clock=lambda: first_s)
+                           retention_s=args.retention_days * DAY_S, clock=lambda: first_s, monotonic=clock.monotonic)
     try:
         writer.open()
         sweeps, usages = pool.sweeps, pool.usages
@@ -235,7 +237,7 @@ def file_report(path: Path) -> tuple[int, int, int, list[tuple[str, int, float]]
     size = path.stat().st_size
     wal = path.with_name(path.name + "-wal")
     wal_size = wal.stat().st_size if wal.exists() else 0
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    connection = sqlite3.connect(uri(path), uri=True)
     try:
         free = connection.execute("PRAGMA freelist_count").fetchone()[0] * connection.execute(
             "PRAGMA page_size").fetchone()[0]
@@ -292,7 +294,7 @@ def time_queries(path: Path, end_s: float, repeat: int) -> list[QueryRow]:
 
 
 def newest_reading(path: Path) -> float:
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    connection = sqlite3.connect(uri(path), uri=True)
     try:
         return float(connection.execute("SELECT max(t) FROM gpu_raw").fetchone()[0])
     finally:

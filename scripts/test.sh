@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test (unit, server, JupyterLab, browser) after installing what they need: a virtualenv with nvdash
 # (whose install builds the JupyterLab extension with Node.js) and its test tools, Debian's chromium for the
-# browser tests, Debian's prometheus (with promtool) for the metrics tests and openssl for the TLS tests. Usage: bash scripts/test.sh [pytest args]
+# browser tests, Debian's prometheus (with promtool) for the metrics tests, faketime for the history's clock-jump
+# test and openssl for the TLS tests. Usage: bash scripts/test.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,13 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+
+if ! command -v faketime >/dev/null 2>&1; then
+  echo "== installing faketime (Debian package, with libfaketime) for the history's clock-jump test"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends faketime >/dev/null
 fi
 
 if ! command -v openssl >/dev/null 2>&1; then

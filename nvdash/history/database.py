@@ -11,6 +11,7 @@ import errno
 import fcntl
 import os
 import sqlite3
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -92,6 +93,45 @@ def schema() -> list[str]:
     return statements
 
 
+PRIVATE_FILE_MODE = 0o600
+"""The history file, its lock, -wal and -shm: they hold command lines and user names."""
+PRIVATE_DIRECTORY_MODE = 0o700
+
+
+def make_private_directory(directory: Path) -> None:
+    """Create ``directory`` and any missing parents, each ``0700`` whatever the umask; one that exists is left
+    as it is (a user's own directory keeps the permissions its owner gave it)."""
+    missing: list[Path] = []
+    current = directory
+    while not current.exists() and current != current.parent:
+        missing.append(current)
+        current = current.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, PRIVATE_DIRECTORY_MODE)
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise HistoryError(f"cannot create the directory {folder}: {error.strerror}") from None
+        os.chmod(folder, PRIVATE_DIRECTORY_MODE)
+
+
+def _create_private(path: Path) -> None:
+    """Create the history file empty with mode ``0600`` whatever the umask (SQLite gives its -wal and -shm the
+    main file's mode); an existing file is left as it is."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             PRIVATE_FILE_MODE)
+    except FileExistsError:
+        return
+    except OSError as error:
+        raise HistoryError(f"cannot create history file {path}: {error.strerror}") from None
+    try:
+        os.fchmod(descriptor, PRIVATE_FILE_MODE)
+    finally:
+        os.close(descriptor)
+
+
 def _check_header(path: Path) -> None:
     """Refuse a non-empty file that is not SQLite before SQLite touches it."""
     try:
@@ -105,10 +145,19 @@ def _check_header(path: Path) -> None:
         raise HistoryError(f"{path} is not an nvdash history file (not an SQLite database); it was left untouched")
 
 
+def uri(path: Path | str, mode: str = "ro") -> str:
+    """SQLite's ``file:`` URI of ``path`` opened in ``mode`` (``ro``, ``rw``, ``rwc``).
+
+    The path is percent-quoted: unquoted, a ``#`` or ``?`` in it would end the path there (``run#1.sqlite``
+    opened ``run``) and a ``%`` would be decoded.
+    """
+    return f"file:{urllib.parse.quote(str(path))}?mode={mode}"
+
+
 def _connect(path: Path, read_only: bool) -> sqlite3.Connection:
-    uri = f"file:{path}?mode=ro" if read_only else f"file:{path}?mode=rwc"
     try:
-        connection = sqlite3.connect(uri, uri=True, timeout=10.0, check_same_thread=False, isolation_level=None)
+        connection = sqlite3.connect(uri(path, "ro" if read_only else "rwc"), uri=True, timeout=10.0,
+                                     check_same_thread=False, isolation_level=None)
     except sqlite3.Error as error:
         raise HistoryError(f"cannot open history file {path}: {error}") from None
     return connection
@@ -213,11 +262,15 @@ class WriteLock:
 def lock_for_writing(path: Path) -> WriteLock:
     """Take the history's write lock, or raise :class:`HistoryLocked` naming the process that holds it."""
     lock_path = path.with_name(path.name + ".lock")
+    make_private_directory(path.parent)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = lock_path.open("a+")
+        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
     except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise HistoryError(f"{lock_path} is a symbolic link; nvdash does not open its lock file through one "
+                               "(remove it)") from None
         raise HistoryError(f"cannot create {lock_path}: {error.strerror}") from None
+    handle = os.fdopen(descriptor, "r+")
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as error:
@@ -246,10 +299,8 @@ def open_database(path: Path, read_only: bool = False) -> sqlite3.Connection:
         raise HistoryError(f"history file {path} does not exist")
     _check_header(path)
     if not read_only:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise HistoryError(f"cannot create the directory of {path}: {error.strerror}") from None
+        make_private_directory(path.parent)
+        _create_private(path)
     connection = _connect(path, read_only)
     try:
         exists = _validate(connection, path)

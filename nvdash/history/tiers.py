@@ -14,6 +14,13 @@ coarser mean weighted by the readings behind it (``n``), so every mean is the tr
 flush recomputes at most a few rows per tier. A query groups the chosen tier into its own step (see
 :mod:`nvdash.history.query`), so no range returns more than a few thousand points a series. Counters keep
 their largest value per bucket, flags and bitmasks their OR.
+
+Low-water marks: each prune records, per table, the time before which its rows are gone (``meta`` key
+``pruned_before:<table>``). A bucket that starts at or after its source's mark is complete in the source and is
+recomputed (``INSERT OR REPLACE``). One before it is not: its source rows were pruned, so recomputing it would
+replace the readings it summarises with whatever the source still holds (readings stamped there after the wall
+clock jumped back, say). Such a bucket is only added where the tier has none (``INSERT OR IGNORE``); an existing
+one is kept as it is, and the late readings stay in the finer tables.
 """
 
 from __future__ import annotations
@@ -100,8 +107,9 @@ def register_functions(connection: sqlite3.Connection) -> None:
     connection.create_aggregate("bit_or", 1, BitOr)  # type: ignore[arg-type]
 
 
-def rollup_sql(scope: Scope, tier: Tier) -> str:
-    """``INSERT OR REPLACE`` of the tier's buckets computed from its source's rows with ``? <= t < ?``."""
+def rollup_sql(scope: Scope, tier: Tier, replace: bool = True) -> str:
+    """The tier's buckets computed from its source's rows with ``? <= t < ?``: ``INSERT OR REPLACE`` (or
+    ``INSERT OR IGNORE``: only buckets the tier lacks)."""
     metrics = metrics_of(scope)
     raw = tier.source == "raw"
     columns = [column for metric in metrics for column in metric.tier_columns()]
@@ -109,25 +117,53 @@ def rollup_sql(scope: Scope, tier: Tier) -> str:
     bucket = f"(CAST(t / {tier.step_s} AS INTEGER) * {tier.step_s})"
     count = "count(*)" if raw else "sum(n)"
     source = f"{scope.value}_{tier.source}"
+    verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
     if scope is Scope.GPU:
-        return (f"INSERT OR REPLACE INTO gpu_{tier.name} (t, gpu, n, {', '.join(columns)}) "
+        return (f"{verb} INTO gpu_{tier.name} (t, gpu, n, {', '.join(columns)}) "
                 f"SELECT {bucket} AS b, gpu, {count}, {', '.join(values)} FROM {source} "
                 "WHERE t >= ? AND t < ? GROUP BY b, gpu")
-    return (f"INSERT OR REPLACE INTO host_{tier.name} (t, n, {', '.join(columns)}) "
+    return (f"{verb} INTO host_{tier.name} (t, n, {', '.join(columns)}) "
             f"SELECT {bucket} AS b, {count}, {', '.join(values)} FROM {source} "
             "WHERE t >= ? AND t < ? GROUP BY b")
+
+
+MARK_PREFIX = "pruned_before:"
+
+
+def low_water_marks(connection: sqlite3.Connection) -> dict[str, float]:
+    """Per table, the time before which a prune deleted its rows (see the module's docstring)."""
+    return {key[len(MARK_PREFIX):]: float(value) for key, value in connection.execute(
+        "SELECT key, value FROM meta WHERE key >= ? AND key < ?", (MARK_PREFIX, MARK_PREFIX[:-1] + ";"))}
+
+
+def _spans(first: float, last: float, step_s: float, mark: float | None) -> list[tuple[bool, float, float]]:
+    """``[first, last)`` split at the first bucket at or after ``mark``: ``(replace, start, end)`` spans."""
+    split = first if mark is None else max(first, math.ceil(mark / step_s) * step_s)
+    spans = []
+    if split > first:
+        spans.append((False, first, min(split, last)))
+    if split < last:
+        spans.append((True, split, last))
+    return spans
 
 
 def rollup(connection: sqlite3.Connection, start_s: float, end_s: float) -> None:
     """Recompute every tier's buckets overlapping ``[start_s, end_s)`` from their sources (in a transaction).
 
-    Tiers are recomputed finest first, so one computed from another sees its new buckets."""
+    Tiers are recomputed finest first, so one computed from another sees its new buckets. Buckets before their
+    source's low-water mark are only added, never replaced."""
+    marks = low_water_marks(connection)
     for tier in TIERS:
         first = bucket_start(start_s, tier.step_s)
         last = bucket_start(end_s, tier.step_s) + tier.step_s
         for scope in (Scope.GPU, Scope.HOST):
-            connection.execute(rollup_sql(scope, tier), (first, last))
-    connection.execute(PROCESS_ROLLUP, (bucket_start(start_s, 60.0), bucket_start(end_s, 60.0) + 60.0))
+            for replace, span_start, span_end in _spans(first, last, tier.step_s,
+                                                        marks.get(f"{scope.value}_{tier.source}")):
+                connection.execute(rollup_sql(scope, tier, replace), (span_start, span_end))
+    first, last = bucket_start(start_s, 60.0), bucket_start(end_s, 60.0) + 60.0
+    for replace, span_start, span_end in _spans(first, last, 60.0, marks.get("processes")):
+        statement = PROCESS_ROLLUP if replace else PROCESS_ROLLUP.replace("OR REPLACE", "OR IGNORE", 1)
+        connection.execute(statement, (span_start, span_end))
 
 
 PROCESS_ROLLUP = (
@@ -142,7 +178,8 @@ PROCESS_ROLLUP = (
 
 
 def prune(connection: sqlite3.Connection, newest_s: float, retention_s: float) -> int:
-    """Delete rows older than each table's horizon before ``newest_s``; returns how many rows went."""
+    """Delete rows older than each table's horizon before ``newest_s`` (the writer's clock-safe horizon, see
+    :mod:`nvdash.history.retention_clock`) and raise the tables' low-water marks; returns how many rows went."""
     horizons = {
         "gpu_raw": min(RAW_KEEP_S, retention_s), "host_raw": min(RAW_KEEP_S, retention_s),
         "nvlink_state": retention_s, "events": retention_s,
@@ -152,7 +189,12 @@ def prune(connection: sqlite3.Connection, newest_s: float, retention_s: float) -
         keep = retention_s if tier.keep_s is None else min(tier.keep_s, retention_s)
         horizons[f"gpu_{tier.name}"] = keep
         horizons[f"host_{tier.name}"] = keep
+    marks = low_water_marks(connection)
     removed = 0
     for table, keep in horizons.items():
-        removed += connection.execute(f"DELETE FROM {table} WHERE t < ?", (newest_s - keep,)).rowcount
+        cutoff = newest_s - keep
+        removed += connection.execute(f"DELETE FROM {table} WHERE t < ?", (cutoff,)).rowcount
+        if cutoff > marks.get(table, -math.inf):
+            connection.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                               (MARK_PREFIX + table, repr(cutoff)))
     return removed

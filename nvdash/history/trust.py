@@ -16,10 +16,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote
 
 from nvdash.history.catalog import METRICS, gpu_raw_columns, host_raw_columns
-from nvdash.history.database import APPLICATION_ID, HistoryError, schema
+from nvdash.history.database import APPLICATION_ID, HistoryError, schema, uri
 
 MAX_VALUE_BYTES = 16 << 20
 """The longest string or blob a read may return (an inventory or a command line is a few KiB)."""
@@ -163,7 +162,7 @@ def check_file(path: Path) -> None:
     except OSError:
         return
     try:
-        connection = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, isolation_level=None)
+        connection = sqlite3.connect(uri(path), uri=True, isolation_level=None)
     except sqlite3.Error:
         return  # the writer's own open reports why the file cannot be used
     try:

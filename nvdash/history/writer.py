@@ -3,6 +3,12 @@
 The sampler (and the XID thread) only append to an in-memory queue, so a slow or full disk delays history
 writes and never a sweep or a dashboard. Each batch is one transaction; after it, the tiers' buckets it touched
 are recomputed; once a minute, rows older than the retention are deleted and their pages returned for reuse.
+
+What is old is decided by :class:`~nvdash.history.retention_clock.RetentionClock`, never by the wall clock alone:
+a jump of the wall clock deletes nothing early, readings stamped in the future are kept and counted. A batch that
+cannot be written (a full disk, an I/O error) goes back to the front of the queue with its accounting tallies and
+is tried again on the next round; the failure shows on ``/health`` until a write succeeds. The thread runs under a
+:class:`~nvdash.supervision.Supervisor` and beats once a round.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,9 +28,11 @@ from nvdash.accounting.ledger import Key, Tally
 from nvdash.history import accounting_table, inventory_json
 from nvdash.history.catalog import gpu_raw_columns, gpu_row, host_raw_columns, host_row
 from nvdash.history.database import WriteLock, lock_for_writing, open_database, transaction
+from nvdash.history.retention_clock import Observation, RetentionClock
 from nvdash.history.tiers import DEFAULT_RETENTION_S, prune, register_functions, rollup
 from nvdash.sampling.records import GpuEvent, GpuSample, Inventory, Snapshot
 from nvdash.sampling.usage_records import Usage
+from nvdash.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +43,11 @@ LINK_COUNTERS_EVERY_S = 60.0
 """NVLink error counters are logged at most this often per GPU; link state changes at once."""
 QUEUE_LIMIT = 20_000
 """Snapshots held while the disk lags (about 3 h at 0.5 s); beyond it the oldest are dropped and counted."""
+THREAD_NAME = "history-writer"
+EXPECT_ROUND_S = 5.0
+"""A round (wait ``FLUSH_S``, write, maybe prune) is expected at least this often; three missed: overdue."""
+TRUSTED_UNTIL_KEY = "trusted_until_s"
+"""``meta`` key: the newest stamp known to have been in the past of its writer's clock (see the retention clock)."""
 
 
 def gpu_insert_sql() -> str:
@@ -106,14 +119,20 @@ class WriterStats:
     max_batch_ms: float = 0.0
     pruned_rows: int = 0
     queued: int = 0
+    prunes: int = 0
+    failing_since: float | None = None
+    """Wall-clock time of the first failed write of the current run of failures; ``None`` once one succeeds."""
+    failed_writes: int = 0
+    """Writes failed in a row (their readings wait in the queue)."""
 
 
 class HistoryWriter:
     """Owns the history file for writing: its lock, its one connection and its thread."""
 
     def __init__(self, path: Path, inventory: Inventory, source: str, interval_s: float, *,
-                 retention_s: float = DEFAULT_RETENTION_S, clock: Any = time.time,
-                 accounting: AccountingSource | None = None) -> None:
+                 retention_s: float = DEFAULT_RETENTION_S, clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic, accounting: AccountingSource | None = None,
+                 supervisor: Supervisor | None = None) -> None:
         self.path = path
         self.retention_s = retention_s
         self.accounting = accounting
@@ -122,6 +141,9 @@ class HistoryWriter:
         self._source = source
         self._interval_s = interval_s
         self._clock = clock
+        self._monotonic = monotonic
+        self._supervisor = supervisor if supervisor is not None else Supervisor()
+        self.retention_clock = RetentionClock(clock, monotonic)
         self._snapshots: deque[Snapshot] = deque()
         self._events: deque[GpuEvent] = deque()
         self._lock = threading.Lock()
@@ -141,6 +163,7 @@ class HistoryWriter:
         try:
             self._connection = open_database(self.path)
             register_functions(self._connection)
+            self.retention_clock.start(_stored_trusted_until(self._connection))
             with transaction(self._connection) as connection:
                 connection.execute(
                     "INSERT INTO sessions (started_s, source, interval_s, inventory) VALUES (?, ?, ?, ?)",
@@ -153,8 +176,7 @@ class HistoryWriter:
         """Open (when not yet) and start the writer thread."""
         if self._connection is None:
             self.open()
-        self._thread = threading.Thread(target=self._run, name="nvdash-history", daemon=True)
-        self._thread.start()
+        self._thread = self._supervisor.spawn(THREAD_NAME, self._run, self._stop, expect_every_s=EXPECT_ROUND_S)
 
     def submit(self, snapshot: Snapshot) -> None:
         """Queue a snapshot (any thread; never blocks on the disk)."""
@@ -179,8 +201,7 @@ class HistoryWriter:
             if self._thread.is_alive():
                 return  # still writing (a stalled disk): keep the file and its lock until the process ends
         if self._connection is not None:
-            if self._thread is None:
-                self.flush()
+            self.flush()  # what a never-started thread, or one that died, left queued
             self._connection.close()
             self._connection = None
         if self._write_lock is not None:
@@ -196,11 +217,31 @@ class HistoryWriter:
         self.stats.queued = 0
         tallies = self.accounting.drain() if self.accounting is not None else {}
         if snapshots or events or tallies:
-            self._write(snapshots, events, tallies)
-        now = time.monotonic()
+            try:
+                written = self._write(snapshots, events, tallies)
+            except Exception:  # not the disk: a bug, for the supervisor to log; retrying the batch would repeat it
+                self.stats.dropped += len(snapshots)
+                if tallies and self.accounting is not None:
+                    self.accounting.restore(tallies)
+                raise
+            if not written:
+                self._requeue(snapshots, events)
+                return
+        now = self._monotonic()
         if now >= self._next_prune and snapshots:
             self._next_prune = now + PRUNE_EVERY_S
-            self._prune(max(snapshot.time_s for snapshot in snapshots))
+            self._prune()
+
+    def _requeue(self, snapshots: Sequence[Snapshot], events: Sequence[GpuEvent]) -> None:
+        """Put a batch that could not be written back in front of what came since (the oldest beyond the queue
+        limit dropped and counted, as when the queue overflows)."""
+        with self._lock:
+            self._snapshots.extendleft(reversed(snapshots))
+            self._events.extendleft(reversed(events))
+            while len(self._snapshots) > QUEUE_LIMIT:
+                self._snapshots.popleft()
+                self.stats.dropped += 1
+            self.stats.queued = len(self._snapshots)
 
     def _links_changed(self, time_s: float, sample: GpuSample) -> bool:
         """Whether to log the GPU's links now: at once when a link goes up or down, and at most once a
@@ -217,9 +258,11 @@ class HistoryWriter:
         return True
 
     def _write(self, snapshots: Sequence[Snapshot], events: Sequence[GpuEvent],
-               tallies: dict[Key, Tally] | None = None) -> None:
+               tallies: dict[Key, Tally] | None = None) -> bool:
+        """Write one batch in one transaction; False (the tallies handed back) when it failed."""
         assert self._connection is not None
         started = time.perf_counter()
+        links_before, usage_before = dict(self._links), self._usage_time
         gpu: list[tuple[Any, ...]] = []
         host: list[tuple[Any, ...]] = []
         links: list[tuple[Any, ...]] = []
@@ -234,8 +277,10 @@ class HistoryWriter:
             if usage is not None and usage.time_s != self._usage_time:
                 self._usage_time = usage.time_s
                 processes += process_rows(usage)
+        observation = self.retention_clock.observe([snapshot.time_s for snapshot in snapshots])
         try:
             with transaction(self._connection) as connection:
+                self._store_trusted_until(connection, observation)
                 connection.executemany(gpu_insert_sql(), gpu)
                 connection.executemany(_host_insert(), host)
                 connection.executemany("INSERT OR IGNORE INTO nvlink_state (t, gpu, links) VALUES (?, ?, ?)", links)
@@ -249,27 +294,48 @@ class HistoryWriter:
         except sqlite3.Error as error:
             if tallies and self.accounting is not None:
                 self.accounting.restore(tallies)
+            self._links, self._usage_time = links_before, usage_before
             self._failed(error)
-            return
+            if self.stats.failing_since is None:
+                self.stats.failing_since = self._clock()
+            self.stats.failed_writes += 1
+            return False
+        self.retention_clock.record(observation)
+        self.stats.failing_since = None
+        self.stats.failed_writes = 0
         elapsed_ms = (time.perf_counter() - started) * 1000
         self.stats.snapshots += len(snapshots)
         self.stats.events += len(events)
         self.stats.batches += 1
         self.stats.last_batch_ms = elapsed_ms
         self.stats.max_batch_ms = max(self.stats.max_batch_ms, elapsed_ms)
+        return True
 
-    def _prune(self, newest_s: float) -> None:
+    def _store_trusted_until(self, connection: sqlite3.Connection, observation: Observation) -> None:
+        newest = observation.newest_trusted_s
+        if newest is not None and newest != self.retention_clock.trusted_until_s:
+            connection.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                               (TRUSTED_UNTIL_KEY, repr(newest)))
+
+    def _prune(self) -> None:
+        """Delete what is older than the retention before the retention clock's horizon (never before one
+        reading of this process was written)."""
         assert self._connection is not None
+        horizon = self.retention_clock.horizon_s()
+        if horizon is None:
+            return
         try:
             with transaction(self._connection) as connection:
-                self.stats.pruned_rows += prune(connection, newest_s, self.retention_s)
+                self.stats.pruned_rows += prune(connection, horizon, self.retention_s)
                 if self.accounting is not None:
                     self.stats.pruned_rows += accounting_table.prune(
-                        connection, newest_s - self.accounting.retention_s)
+                        connection, horizon - self.accounting.retention_s)
             # executescript runs the pragma to completion (execute() would free one page per step).
             self._connection.executescript("PRAGMA incremental_vacuum(256);")
         except sqlite3.Error as error:
             self._failed(error)
+            return
+        self.stats.prunes += 1
 
     def _failed(self, error: sqlite3.Error) -> None:
         self.stats.errors += 1
@@ -278,11 +344,20 @@ class HistoryWriter:
             log.warning("writing history failed (%d so far): %s", self.stats.errors, self.stats.last_error)
 
     def _run(self) -> None:
+        """The thread's loop (restarted by the supervisor if it raises): a write each ``FLUSH_S``, then a beat."""
         while not self._stop.is_set():
             self._stop.wait(FLUSH_S)
-            try:
-                self.flush()
-            except Exception:
-                self.stats.errors += 1
-                log.exception("the history writer failed")
+            self.flush()
+            self._supervisor.beat(THREAD_NAME)
         self.flush()
+
+
+def _stored_trusted_until(connection: sqlite3.Connection) -> float | None:
+    """The file's newest trusted stamp; for a file written before it was kept, its newest host reading."""
+    row = connection.execute("SELECT value FROM meta WHERE key = ?", (TRUSTED_UNTIL_KEY,)).fetchone()
+    if row is not None:
+        return float(row[0])
+    newest = [connection.execute(f"SELECT max(t) FROM {table}").fetchone()[0]
+              for table in ("host_raw", "host_10m", "processes")]
+    known = [float(value) for value in newest if value is not None]
+    return max(known) if known else None

@@ -246,7 +246,7 @@ def health(
                   for item in stuck],
         "started_at": runtime.started_at,
         "sampler": sampler,
-        "history": history_health(runtime.history),
+        "history": {**history_health(runtime.history), **runtime.history.health()},
         "accounting": runtime.accounting.status(),
         "store": {"rows": len(runtime.store), "capacity": runtime.store.capacity, "last_seq": runtime.store.last_seq},
         "nvml_calls": runtime.nvml_calls(),

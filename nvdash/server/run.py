@@ -75,7 +75,7 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
     accountant = _accountant(settings, hardware.inventory, names)
     store.add_listener(accountant)
     try:
-        history = open_history(settings, store, accountant)
+        history = open_history(settings, store, accountant, supervisor)
     except HistoryError as error:
         hardware.close()
         raise StartupError(f"{error} (or start with --no-history)") from None
@@ -133,12 +133,14 @@ def start_runtime(settings: Settings) -> tuple[Hardware | None, Runtime]:
             runtime.history.close()
             hardware.close()
             raise
+    supervisor = Supervisor()
     try:
-        store, history = open_replay(settings.replay, settings.live_samples)
+        store, history = open_replay(settings.replay, settings.live_samples, supervisor)
     except HistoryError as error:
         raise StartupError(str(error)) from None
     runtime = Runtime(store=store, sampler=None, history=history, xid_status="replay: no live events",
-                      accounting=AccountingBook(connection=history.connect, clock=history.clock))
+                      accounting=AccountingBook(connection=history.connect, clock=history.clock),
+                      supervisor=supervisor)
     return None, _with_cluster(settings, _with_metrics(settings, runtime))
 
 

@@ -13,7 +13,7 @@ from tests.conftest import wait_for
 
 
 def _query_threads() -> int:
-    return sum(1 for thread in threading.enumerate() if thread.name.startswith("nvdash-history-query"))
+    return sum(1 for thread in threading.enumerate() if thread.name.startswith("history-query"))
 
 
 def _descriptors_on(path: Path) -> int:

@@ -28,6 +28,7 @@ from nvdash.history.database import (
     WriteLock,
     lock_for_writing,
     open_database,
+    uri,
 )
 from nvdash.history.query import SqliteHistory
 from nvdash.history.replay import recent_snapshots
@@ -62,8 +63,33 @@ def inventory(gpus: int = 1) -> Inventory:
                      gpus=tuple(gpu_info(index) for index in range(gpus)), driver_version="550.54.15")
 
 
-def writer_for(path: Path, gpus: int = 1, interval_s: float = 1.0, retention_s: float = 7 * 86_400.0) -> HistoryWriter:
-    return HistoryWriter(path, inventory(gpus), "test", interval_s, retention_s=retention_s)
+class Clocks:
+    """A wall clock and a monotonic clock for a writer: time passes on both; the wall clock alone can jump."""
+
+    def __init__(self, wall_s: float) -> None:
+        self.wall_s = wall_s
+        self.monotonic_s = 1000.0
+
+    def wall(self) -> float:
+        return self.wall_s
+
+    def monotonic(self) -> float:
+        return self.monotonic_s
+
+    def advance(self, seconds: float) -> None:
+        self.wall_s += seconds
+        self.monotonic_s += seconds
+
+    def jump(self, seconds: float) -> None:
+        self.wall_s += seconds
+
+
+def writer_for(path: Path, gpus: int = 1, interval_s: float = 1.0, retention_s: float = 7 * 86_400.0,
+               clocks: Clocks | None = None) -> HistoryWriter:
+    if clocks is None:
+        return HistoryWriter(path, inventory(gpus), "test", interval_s, retention_s=retention_s)
+    return HistoryWriter(path, inventory(gpus), "test", interval_s, retention_s=retention_s, clock=clocks.wall,
+                         monotonic=clocks.monotonic)
 
 
 def write(path: Path, snapshots: Sequence[Snapshot], *, gpus: int = 1, interval_s: float = 1.0,
@@ -89,7 +115,7 @@ def simple(time_s: float, gpus: int = 1, utilization: float = 50.0, cpu: float =
 
 def rows(path: Path, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
     """Rows of ``sql`` over the file, read with a plain connection (not nvdash's)."""
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    connection = sqlite3.connect(uri(path), uri=True)
     try:
         return connection.execute(sql, parameters).fetchall()
     finally:
@@ -616,21 +642,34 @@ def _volume(time_s: float, gpus: int) -> list[Snapshot]:
         for i in range(int(HOUR))]
 
 
+def _flush(writer: HistoryWriter, snapshots: Sequence[Snapshot]) -> None:
+    for snapshot in snapshots:
+        writer.submit(snapshot)
+    writer.flush()
+
+
 def test_pruned_pages_are_reused(tmp_path: Path) -> None:
     path = tmp_path / "history.sqlite"
     write(path, [], gpus=16, retention_s=HOUR)
     empty = int(pragma(path, "page_count"))
-    write(path, _volume(T0, 16), gpus=16, retention_s=HOUR)
-    volume = int(pragma(path, "page_count")) - empty
-    assert volume > 4 * 256
+    clocks = Clocks(T0 + HOUR)
+    writer = writer_for(path, gpus=16, retention_s=HOUR, clocks=clocks)
+    writer.open()
+    try:
+        _flush(writer, _volume(T0, 16))
+        volume = int(pragma(path, "page_count")) - empty
+        assert volume > 4 * 256
 
-    # One reading two hours later: the first hour is past the retention and is pruned.
-    write(path, [simple(T0 + 2 * HOUR, gpus=16)], gpus=16, retention_s=HOUR)
-    pages, free = int(pragma(path, "page_count")), int(pragma(path, "freelist_count"))
-    assert free + (empty + volume - pages) > volume // 2  # freed: on the free list, or given back
+        # One reading two hours later: the first hour is past the retention and is pruned.
+        clocks.advance(HOUR)
+        _flush(writer, [simple(T0 + 2 * HOUR, gpus=16)])
+        pages, free = int(pragma(path, "page_count")), int(pragma(path, "freelist_count"))
+        assert free + (empty + volume - pages) > volume // 2  # freed: on the free list, or given back
 
-    # The same volume again (nothing pruned this time): it goes into the freed pages, the file grows far less.
-    write(path, _volume(T0 + 2 * HOUR + 1, 16), gpus=16, retention_s=HOUR)
+        # The same volume again (nothing pruned this time): it goes into the freed pages, the file grows far less.
+        _flush(writer, _volume(T0 + 2 * HOUR + 1, 16))
+    finally:
+        writer.stop()
     assert count(path, "gpu_raw") == 16 * (int(HOUR) + 1)
     assert int(pragma(path, "freelist_count")) < free
     assert int(pragma(path, "page_count")) - pages < volume // 2
@@ -640,12 +679,19 @@ def test_a_prune_gives_freed_pages_back_to_the_file_system(tmp_path: Path) -> No
     # README: freed pages are reused and returned to the file system gradually; each prune runs
     # PRAGMA incremental_vacuum(256), which gives up to 256 free pages back.
     path = tmp_path / "history.sqlite"
-    write(path, _volume(T0, 8), gpus=8, retention_s=HOUR)
-    before = int(pragma(path, "page_count"))
-    assert before > 2 * 256
+    clocks = Clocks(T0 + HOUR)
+    writer = writer_for(path, gpus=8, retention_s=HOUR, clocks=clocks)
+    writer.open()
+    try:
+        _flush(writer, _volume(T0, 8))
+        before = int(pragma(path, "page_count"))
+        assert before > 2 * 256
 
-    # One reading two hours later: the whole first hour is past the retention and is pruned.
-    write(path, [simple(T0 + 3 * HOUR, gpus=8)], gpus=8, retention_s=HOUR)
+        # One reading two hours later: the whole first hour is past the retention and is pruned.
+        clocks.advance(2 * HOUR)
+        _flush(writer, [simple(T0 + 3 * HOUR, gpus=8)])
+    finally:
+        writer.stop()
     after, free = int(pragma(path, "page_count")), int(pragma(path, "freelist_count"))
 
     assert free + (before - after) > 256  # more than 256 pages were freed ...
