@@ -28,6 +28,7 @@ ENV_METRICS_TOKEN = "NVDASH_METRICS_TOKEN"
 ENV_JOB_MAPPING_DIR = "NVDASH_JOB_MAPPING_DIR"
 """The default of ``--job-mapping-dir`` (a node's setting, for servers the Jupyter proxy starts)."""
 ENV_CONNECTION_TIMEOUT = "NVDASH_CONNECTION_TIMEOUT"
+ENV_PRUNE_EVERY = "NVDASH_PRUNE_EVERY"
 """Seconds a connection may idle or take to send a request (default 60; tests use a short one)."""
 ENV_TOKEN = "NVDASH_TOKEN"
 """The dashboards' token: the default of ``--token`` (for a token kept in a Kubernetes Secret)."""
@@ -301,13 +302,18 @@ def _allow_hosts(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(hosts)
 
 
-def _connection_timeout(environ: Mapping[str, str] | None) -> float:
-    """``$NVDASH_CONNECTION_TIMEOUT`` seconds (tests use a short one) when a positive number, else the default."""
+def _env_seconds(environ: Mapping[str, str] | None, name: str, default: float) -> float:
+    """``$name`` seconds (tests use short ones) when a positive finite number, else ``default``."""
     try:
-        value = float((environ or {}).get(ENV_CONNECTION_TIMEOUT, ""))
+        value = float((environ or {}).get(name, ""))
     except ValueError:
-        return Settings().connection_timeout_s
-    return value if 0 < value < float("inf") else Settings().connection_timeout_s
+        return default
+    return value if 0 < value < float("inf") else default
+
+
+def _connection_timeout(environ: Mapping[str, str] | None) -> float:
+    """``$NVDASH_CONNECTION_TIMEOUT`` seconds when a positive number, else the default."""
+    return _env_seconds(environ, ENV_CONNECTION_TIMEOUT, Settings().connection_timeout_s)
 
 
 def _prometheus_url(value: str | None) -> str | None:
@@ -367,6 +373,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         allow_websocket_origin=tuple(args.allow_websocket_origin),
         allow_hosts=_allow_hosts(args.allow_host),
         connection_timeout_s=_connection_timeout(environ),
+        prune_every_s=_env_seconds(environ, ENV_PRUNE_EVERY, Settings().prune_every_s),
         viewer_stall_timeout_s=_stall_timeout(args.viewer_stall_timeout),
         **_access(args, environ),
         prefix=_prefix(args.prefix),

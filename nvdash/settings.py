@@ -28,6 +28,8 @@ class Settings:
     of a request; ``*``: any)."""
     connection_timeout_s: float = 60.0
     """How long a connection may sit idle or take to send a request before it is closed."""
+    prune_every_s: float = 60.0
+    """How often the history writer applies the retention (``$NVDASH_PRUNE_EVERY``; tests use a short one)."""
     token: str | None = None
     """The token the dashboards require (``--token`` / ``NVDASH_TOKEN``); the server generates one when it listens
     beyond loopback without one. ``None``: none given."""

@@ -132,8 +132,9 @@ class HistoryWriter:
     def __init__(self, path: Path, inventory: Inventory, source: str, interval_s: float, *,
                  retention_s: float = DEFAULT_RETENTION_S, clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic, accounting: AccountingSource | None = None,
-                 supervisor: Supervisor | None = None) -> None:
+                 supervisor: Supervisor | None = None, prune_every_s: float = PRUNE_EVERY_S) -> None:
         self.path = path
+        self._prune_every_s = prune_every_s
         self.retention_s = retention_s
         self.accounting = accounting
         """The accountant whose tallies each batch stores (set before :meth:`start`)."""
@@ -229,7 +230,7 @@ class HistoryWriter:
                 return
         now = self._monotonic()
         if now >= self._next_prune and snapshots:
-            self._next_prune = now + PRUNE_EVERY_S
+            self._next_prune = now + self._prune_every_s
             self._prune()
 
     def _requeue(self, snapshots: Sequence[Snapshot], events: Sequence[GpuEvent]) -> None:

@@ -109,7 +109,8 @@ def open_history(settings: Settings, store: Store, accounting: AccountingSource 
         return runtime
     path = history_path(settings)
     writer = HistoryWriter(path, store.inventory, source_name(store.inventory), settings.interval_s,
-                           retention_s=settings.retention_s, accounting=accounting, supervisor=supervisor)
+                           retention_s=settings.retention_s, accounting=accounting, supervisor=supervisor,
+                           prune_every_s=settings.prune_every_s)
     try:
         writer.open()
     except HistoryLocked as error:

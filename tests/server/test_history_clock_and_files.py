@@ -4,10 +4,7 @@ umask of 022; a path with ``#`` and ``?`` is the file written."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +12,11 @@ import pytest
 
 from nvdash.history.database import uri
 from tests.conftest import nvdash_server, wait_for
+from tests.unit.test_history_file_safety import mode, umask_022  # noqa: F401 - umask_022 is a fixture
 
 WEEK_AND_A_DAY_S = 8 * 86_400.0
-PRUNE_WAIT_S = 240.0
-"""The writer prunes once a minute of monotonic time: room for a loaded machine."""
+PRUNE_WAIT_S = 60.0
+"""Room for a loaded machine to reach the next prune (NVDASH_PRUNE_EVERY makes it every 2 s)."""
 
 
 def libfaketime() -> str:
@@ -43,7 +41,7 @@ def history(server: Any) -> dict[str, Any]:
 
 
 def prune_after_now(server: Any) -> dict[str, Any]:
-    """Wait for a prune that starts after this call (the writer prunes after writing, once a minute)."""
+    """Wait for a prune that starts after this call (the writer prunes after writing, here every 2 s)."""
     before = history(server)["prunes"]
     return wait_for(lambda: history(server), lambda seen: seen["prunes"] > before, timeout_s=PRUNE_WAIT_S)
 
@@ -54,7 +52,8 @@ def test_a_running_servers_clock_jumping_a_week_ahead_and_back_deletes_no_histor
     clock.write_text("+0\n")
     env = {"LD_PRELOAD": libfaketime(), "FAKETIME_TIMESTAMP_FILE": str(clock), "FAKETIME_NO_CACHE": "1",
            # An NTP step moves the wall clock, never the monotonic one.
-           "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+           "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+           "NVDASH_PRUNE_EVERY": "2"}
     # No --simulate: the simulated NVML sleeps through time.sleep, which libfaketime breaks when it leaves the
     # monotonic clock alone; the machine's own readings are what this is about.
     with nvdash_server(["--interval", "0.25", "--history", str(path)], env=env) as server:
@@ -89,19 +88,6 @@ def test_a_running_servers_clock_jumping_a_week_ahead_and_back_deletes_no_histor
         assert connection.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         connection.close()
-
-
-@pytest.fixture
-def umask_022() -> Iterator[None]:
-    previous = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(previous)
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.lstat().st_mode)
 
 
 @pytest.mark.usefixtures("umask_022")

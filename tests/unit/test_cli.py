@@ -123,3 +123,10 @@ def test_replay_takes_a_file_and_server_options() -> None:
     with pytest.raises(UsageError) as info:
         parse_replay([])
     assert "FILE" in str(info.value)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("2", 2.0), ("0.5", 0.5), ("0", 60.0), ("-3", 60.0), ("inf", 60.0),
+                                                 ("nan", 60.0), ("soon", 60.0)])
+def test_the_prune_period_comes_from_the_environment_when_it_is_a_positive_number(value: str, expected: float) -> None:
+    assert parse_settings([], {"NVDASH_PRUNE_EVERY": value}).prune_every_s == expected
+    assert parse_settings([], {}).prune_every_s == 60.0

@@ -158,7 +158,9 @@ def test_a_building_turn_runs_no_collection_and_puts_the_collector_back(collecti
         inside = list(collections)
     assert inside == []
     assert gc.isenabled() == enabled
-    assert gc.get_freeze_count() == frozen, "without the policy installed nothing is frozen"
+    # A freeze would add every object alive; the count may fall meanwhile, when another thread of this process
+    # frees something an earlier test froze.
+    assert gc.get_freeze_count() <= frozen, "without the policy installed nothing is frozen"
 
 
 def test_with_the_policy_a_building_turn_freezes_what_it_made_until_the_next_full_collection(
