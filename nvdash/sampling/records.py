@@ -25,13 +25,20 @@ class GpuInfo:
     nvlink_links: int
     """Active NVLink links; 0 on a GPU without NVLink."""
     nvlink_max_bytes_per_s: float | None
-    """Per direction, summed over the active links; ``None`` without NVLink."""
+    """The usable data rate per direction, summed over the active links (H100: 18 x 25 GB/s = 450 GB/s); ``None``
+    without NVLink. Percentages of the NVLink maximum are of this figure."""
     pci_bus_id: str = ""
     """NVML's bus id, e.g. ``00000000:18:00.0``."""
     nvlink_version: str | None = None
     """Decoded from NVML's ``nvmlNvlinkVersion_t`` enum, e.g. ``"4.0"``; ``None`` without NVLink."""
     nvlink_link_bytes_per_s: float | None = None
-    """One link's rate per direction: the driver's speed field where it answers, else the version's figure."""
+    """One link's usable data rate per direction, from the NVLink version (NVLink 3/4: 25 GB/s, 5: 50 GB/s)."""
+    nvlink_link_signalling_bytes_per_s: float | None = None
+    """One link's signalling rate per direction, as the driver's speed field (``NVML_FI_DEV_NVLINK_GET_SPEED``)
+    gives it (H100: 26.5625 GB/s); above the data rate by the link's encoding overhead. ``None`` when the driver
+    does not answer."""
+    nvlink_signalling_max_bytes_per_s: float | None = None
+    """``nvlink_link_signalling_bytes_per_s`` summed over the active links (H100: 478 GB/s); ``None`` when unknown."""
     nvlink_active_links: tuple[int, ...] = ()
     """The ids of the links that were up at start."""
     nvlink_to_switch: bool = False
@@ -87,7 +94,10 @@ class GpuSample:
     fan_speed_pct: float | None = None
     """The first fan's intended speed, 0-100 % of its maximum."""
     power_limit_w: float | None = None
-    """The enforced power limit."""
+    """The enforced power limit (``nvmlDeviceGetEnforcedPowerLimit``, DCGM's ``ENFORCED_POWER_LIMIT``): the lowest
+    of the management limit and any other cap (a board or system limit), so it can be below the next field."""
+    power_management_limit_w: float | None = None
+    """The management limit that was requested (``nvmlDeviceGetPowerManagementLimit``, DCGM's ``POWER_MGMT_LIMIT``)."""
     energy_mj: int | None = None
     """Total energy since the driver was loaded (a counter, in millijoules)."""
     pstate: int | None = None
@@ -124,6 +134,38 @@ class GpuSample:
     """Share of time the graphics/compute engine was busy (GPM ``NVML_GPM_METRIC_GRAPHICS_UTIL``), 0-100."""
     memory_utilization_pct: float | None = None
     """Share of time device memory was read or written (``nvmlUtilization_t.memory``), 0-100; not capacity."""
+    gpm_fp64_active_pct: float | None = None
+    """Share of time the SMs did non-tensor FP64 math (GPM ``NVML_GPM_METRIC_FP64_UTIL``), 0-100."""
+    gpm_fp32_active_pct: float | None = None
+    """Share of time the SMs did non-tensor FP32 math (GPM ``NVML_GPM_METRIC_FP32_UTIL``), 0-100."""
+    gpm_fp16_active_pct: float | None = None
+    """Share of time the SMs did non-tensor FP16 math (GPM ``NVML_GPM_METRIC_FP16_UTIL``), 0-100."""
+    encoder_utilization_pct: float | None = None
+    """Video encoder busy share over the driver's sampling period (``nvmlDeviceGetEncoderUtilization``), 0-100."""
+    decoder_utilization_pct: float | None = None
+    """Video decoder busy share over the driver's sampling period (``nvmlDeviceGetDecoderUtilization``), 0-100."""
+    violation_power_ns: int | None = None
+    """Time clocks were held below the requested ones by the power cap, since the driver loaded
+    (``nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_POWER).violationTime``, a counter in ns)."""
+    violation_thermal_ns: int | None = None
+    """As ``violation_power_ns``, for thermal slowdown (``NVML_PERF_POLICY_THERMAL``)."""
+    violation_sync_boost_ns: int | None = None
+    """As ``violation_power_ns``, for sync boost (``NVML_PERF_POLICY_SYNC_BOOST``)."""
+    violation_board_limit_ns: int | None = None
+    """As ``violation_power_ns``, for the board limit (``NVML_PERF_POLICY_BOARD_LIMIT``)."""
+    violation_low_utilization_ns: int | None = None
+    """As ``violation_power_ns``, for low utilization (``NVML_PERF_POLICY_LOW_UTILIZATION``)."""
+    violation_reliability_ns: int | None = None
+    """As ``violation_power_ns``, for board reliability (``NVML_PERF_POLICY_RELIABILITY``)."""
+    nvlink_crc_flit_errors: int | None = None
+    """The links' CRC flit error counters summed (DCGM's ``NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL``); per link in
+    ``nvlinks``. ``None`` without NVLink or when no link answered."""
+    nvlink_crc_data_errors: int | None = None
+    """As ``nvlink_crc_flit_errors``, for CRC data errors."""
+    nvlink_replay_errors: int | None = None
+    """As ``nvlink_crc_flit_errors``, for replay errors."""
+    nvlink_recovery_errors: int | None = None
+    """As ``nvlink_crc_flit_errors``, for recovery errors."""
     error: str | None = None
     """Why this sweep has no reading for the GPU (an unexpected failure), else ``None``."""
 
