@@ -1,4 +1,5 @@
-"""Adding up the owners' shares of each GPU over time: GPU-seconds allocated and busy, energy, memory, activity.
+"""Adding up the owners' shares of each GPU over time: GPU-seconds allocated and busy, energy, memory, activity,
+and the seconds lost to the power cap and to thermal slowdown (see :mod:`nvdash.accounting.throttle`).
 
 Each reading closes an interval since the previous one; the interval goes to the owners of the reading that closes
 it (NVML's utilization is an average over the time before the reading, as is the energy counter's difference).
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from nvdash.accounting.attribution import Owner, Share
 from nvdash.accounting.energy import MJ_PER_J, interval_energy_mj
+from nvdash.accounting.throttle import interval_violation_s, share_pct
 from nvdash.sampling.records import GpuSample
 
 DEFAULT_MAX_GAP_S = 60.0
@@ -49,9 +51,18 @@ class Tally:
     memory_byte_s: float = 0.0
     memory_known_s: float = 0.0
     peak_memory_bytes: int | None = None
+    power_cap_s: float = 0.0
+    """GPU-seconds in which the power cap held the clocks down (the GPU's violation time, times the fraction)."""
+    power_cap_known_s: float = 0.0
+    """Allocated seconds over which the power-cap counter was read (the share's denominator)."""
+    thermal_s: float = 0.0
+    """As ``power_cap_s``, for thermal slowdown."""
+    thermal_known_s: float = 0.0
 
-    def add(self, share: Share, time_s: float, seconds: float, energy_mj: int | None) -> None:
-        """Count ``seconds`` of the GPU ending at ``time_s`` (and the GPU's energy in them) for ``share``."""
+    def add(self, share: Share, time_s: float, seconds: float, energy_mj: int | None, *,
+            power_cap_s: float | None = None, thermal_s: float | None = None) -> None:
+        """Count ``seconds`` of the GPU ending at ``time_s`` for ``share``: the GPU's energy and the seconds its
+        clocks were held down by the power cap and by heat in them (``None``: unknown)."""
         gpu_seconds = seconds * share.fraction
         self.end_s = max(self.end_s, time_s)
         self.allocated_s += gpu_seconds
@@ -70,13 +81,20 @@ class Tally:
             self.memory_known_s += gpu_seconds
             self.memory_byte_s += gpu_seconds * share.memory_bytes
             self.peak_memory_bytes = max(self.peak_memory_bytes or 0, share.memory_bytes)
+        if power_cap_s is not None:
+            self.power_cap_known_s += gpu_seconds
+            self.power_cap_s += power_cap_s * share.fraction
+        if thermal_s is not None:
+            self.thermal_known_s += gpu_seconds
+            self.thermal_s += thermal_s * share.fraction
 
     def merge(self, other: Tally) -> None:
         """Add ``other`` (another GPU's, or another owner's) to this tally."""
         self.start_s = min(self.start_s, other.start_s)
         self.end_s = max(self.end_s, other.end_s)
         for name in ("allocated_s", "busy_s", "activity_known_s", "utilization_s", "sm_active_s", "sm_known_s",
-                     "energy_j", "energy_known_s", "memory_byte_s", "memory_known_s"):
+                     "energy_j", "energy_known_s", "memory_byte_s", "memory_known_s", "power_cap_s",
+                     "power_cap_known_s", "thermal_s", "thermal_known_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         if other.peak_memory_bytes is not None:
             self.peak_memory_bytes = max(self.peak_memory_bytes or 0, other.peak_memory_bytes)
@@ -108,6 +126,16 @@ class Tally:
     def mean_memory_bytes(self) -> float | None:
         return self.memory_byte_s / self.memory_known_s if self.memory_known_s else None
 
+    @property
+    def power_cap_pct(self) -> float | None:
+        """The share of the GPU time lost to the power cap, in percent (``None``: never read)."""
+        return share_pct(self.power_cap_s, self.power_cap_known_s)
+
+    @property
+    def thermal_pct(self) -> float | None:
+        """The share of the GPU time lost to thermal slowdown, in percent (``None``: never read)."""
+        return share_pct(self.thermal_s, self.thermal_known_s)
+
 
 Key = tuple[Owner, int, float]
 """A tally's owner, GPU index and hour (see :func:`hour_of`)."""
@@ -121,6 +149,8 @@ class Ledger:
     tallies: dict[Key, Tally] = field(default_factory=dict)
     _last_time_s: float | None = None
     _last_energy_mj: dict[int, int | None] = field(default_factory=dict)
+    _last_violation_ns: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
+    """Per GPU, the power-cap and thermal counters of the last reading."""
 
     def step(self, time_s: float, gpus: Sequence[GpuSample], shares: Iterable[Share]) -> None:
         """Count the interval that the reading at ``time_s`` closes for ``shares`` (its owners)."""
@@ -130,18 +160,26 @@ class Ledger:
         energies = {gpu.index: None if gpu.lost else gpu.energy_mj for gpu in gpus}
         deltas = {index: interval_energy_mj(self._last_energy_mj.get(index), energy)
                   for index, energy in energies.items()}
+        violations = {gpu.index: (None, None) if gpu.lost else (gpu.violation_power_ns, gpu.violation_thermal_ns)
+                      for gpu in gpus}
+        before_violations, self._last_violation_ns = self._last_violation_ns, violations
         self._last_energy_mj = energies
         self._last_time_s = time_s
         if previous is None or time_s - previous > self.max_gap_s:
             return
         seconds = time_s - previous
+        lost: dict[int, dict[str, float | None]] = {}
+        for index, (power, thermal) in violations.items():
+            power_before, thermal_before = before_violations.get(index, (None, None))
+            lost[index] = {"power_cap_s": interval_violation_s(power_before, power, seconds),
+                           "thermal_s": interval_violation_s(thermal_before, thermal, seconds)}
         hour = hour_of(time_s)
         for share in shares:
             key = (share.owner, share.gpu_index, hour)
             tally = self.tallies.get(key)
             if tally is None:
                 tally = self.tallies[key] = Tally(start_s=previous, end_s=time_s)
-            tally.add(share, time_s, seconds, deltas.get(share.gpu_index))
+            tally.add(share, time_s, seconds, deltas.get(share.gpu_index), **lost.get(share.gpu_index, {}))
 
     def drain(self) -> dict[Key, Tally]:
         """The tallies so far, handed over; the ledger starts again from nothing (the next reading still counts

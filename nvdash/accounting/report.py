@@ -18,7 +18,8 @@ from nvdash.accounting.accountant import Accountant
 from nvdash.accounting.attribution import Owner
 from nvdash.accounting.idle import IdleAllocation
 from nvdash.accounting.ledger import Tally
-from nvdash.accounting.summary import GROUPINGS, Row, summarize
+from nvdash.accounting.summary import GROUPINGS, S_PER_H, Row, summarize
+from nvdash.accounting.throttle import POLICIES
 from nvdash.history import accounting_table
 from nvdash.history.database import HistoryError
 from nvdash.history.ranges import RangeError, TimeRange, resolve
@@ -126,8 +127,22 @@ def _rounded(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def throttle_json(total: Tally) -> dict[str, Any]:
+    """Per policy (``power_cap``, ``thermal``): the GPU-seconds lost to it (``_s``), the GPU-seconds over which its
+    counter was read (``_known_s``) and the share lost, in percent (``_pct``: the first over the second; see
+    :mod:`nvdash.accounting.throttle`); the seconds and the share are ``None`` (unknown) when never read."""
+    result: dict[str, Any] = {}
+    for policy in POLICIES:
+        known = getattr(total, f"{policy}_known_s")
+        result[f"{policy}_s"] = round(getattr(total, f"{policy}_s"), 3) if known > 0 else None
+        result[f"{policy}_known_s"] = round(known, 3)
+        result[f"{policy}_pct"] = _rounded(getattr(total, f"{policy}_pct"), 2)
+    return result
+
+
 def row_json(row: Row) -> dict[str, Any]:
-    """One row: the owner, its GPUs, GPU-hours (allocated, busy, wasted), energy, efficiency, memory, times."""
+    """One row: the owner, its GPUs, GPU-hours (allocated, busy, wasted), energy, efficiency, memory, the time lost
+    to throttling, times."""
     total = row.total
     return {
         "key": row.key,
@@ -145,6 +160,7 @@ def row_json(row: Row) -> dict[str, Any]:
         "mean_sm_active_pct": _rounded(total.mean_sm_active_pct, 2),
         "peak_memory_bytes": total.peak_memory_bytes,
         "mean_memory_bytes": _rounded(total.mean_memory_bytes, 0),
+        **throttle_json(total),
         "start_s": total.start_s,
         "end_s": total.end_s,
         "start": _iso(total.start_s),
@@ -183,7 +199,8 @@ def report_json(report: Report) -> dict[str, Any]:
 
 
 CSV_COLUMNS = ("key", "kinds", "gpus", "gpu_hours", "busy_hours", "wasted_hours", "efficiency_pct", "energy_kwh",
-               "energy_complete", "mean_utilization_pct", "mean_sm_active_pct", "peak_memory_bytes", "start", "end")
+               "energy_complete", "mean_utilization_pct", "mean_sm_active_pct", "peak_memory_bytes", "power_cap_s",
+               "power_cap_pct", "thermal_s", "thermal_pct", "start", "end")
 
 
 def report_csv(report: Report) -> str:
@@ -203,10 +220,47 @@ def _cell(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+THROTTLE_NOTE_PCT = 5.0
+"""``nvdash report`` says in a sentence which rows lost at least this share of their GPU time to a policy."""
+SECONDS_UNDER_S = 36.0
+POLICY_WORDS = {"power_cap": "the power cap", "thermal": "thermal slowdown"}
+_GROUP_WORDS = {"job": "", "pod": "pod ", "user": "user ", "namespace": "project "}
+
+
+def _owner_words(report: Report, row: Row) -> str:
+    if report.by == "job":
+        kind = next(iter(row.kinds)) if len(row.kinds) == 1 else ""
+        return {"slurm": "job ", "pod": "pod ", "container": "container ", "user": "user "}.get(kind, "") + row.key
+    return _GROUP_WORDS.get(report.by, "") + row.key
+
+
+def _gpu_time(lost_s: float, known_s: float) -> str:
+    """``0.14 of 1.00 GPU-hours``, or in seconds under :data:`SECONDS_UNDER_S` (hours would print as 0.00)."""
+    if known_s < SECONDS_UNDER_S:
+        return f"{lost_s:.1f} of {known_s:.1f} GPU-seconds"
+    return f"{lost_s / S_PER_H:.2f} of {known_s / S_PER_H:.2f} GPU-hours"
+
+
+def throttle_notes(report: Report, threshold_pct: float = THROTTLE_NOTE_PCT) -> list[str]:
+    """One sentence per row and policy whose share of GPU time lost is at least ``threshold_pct``:
+    ``job 4242 lost 14.0 % of its GPU time to the power cap (0.14 of 1.00 GPU-hours)``."""
+    notes = []
+    for row in report.rows:
+        for policy in POLICIES:
+            share = getattr(row.total, f"{policy}_pct")
+            if share is None or share < threshold_pct:
+                continue
+            lost, known = getattr(row.total, f"{policy}_s"), getattr(row.total, f"{policy}_known_s")
+            notes.append(f"{_owner_words(report, row)} lost {share:.1f} % of its GPU time to {POLICY_WORDS[policy]} "
+                         f"({_gpu_time(lost, known)})")
+    return notes
+
+
 def report_table(report: Report) -> str:
-    """The rows as an aligned text table, with the range and the totals, like ``sacct`` prints."""
-    header = (report.by.upper(), "KIND", "GPUS", "GPU-H", "BUSY-H", "WASTED-H", "EFF%", "KWH", "PEAK-MEM", "START",
-              "END")
+    """The rows as an aligned text table, with the range and the totals, like ``sacct`` prints, then a sentence
+    for each row that lost at least :data:`THROTTLE_NOTE_PCT` of its GPU time to the power cap or to heat."""
+    header = (report.by.upper(), "KIND", "GPUS", "GPU-H", "BUSY-H", "WASTED-H", "EFF%", "KWH", "PEAK-MEM",
+              "POWER-CAP%", "THERMAL%", "START", "END")
     lines: list[tuple[str, ...]] = [header]
     for row in report.rows:
         total = row.total
@@ -216,7 +270,7 @@ def report_table(report: Report) -> str:
             row.key, ",".join(sorted(row.kinds)), ",".join(str(gpu) for gpu in sorted(row.gpus)),
             _cell(row.gpu_hours), _cell(row.busy_hours), _cell(row.wasted_hours), _cell(efficiency, 1),
             _cell(row.energy_kwh, 3) + ("" if total.energy_complete else "*"),
-            "-" if peak is None else format_bytes(peak),
+            "-" if peak is None else format_bytes(peak), _cell(total.power_cap_pct, 1), _cell(total.thermal_pct, 1),
             _iso(total.start_s)[:16].replace("T", " "), _iso(total.end_s)[:16].replace("T", " "),
         ))
     widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
@@ -230,6 +284,7 @@ def report_table(report: Report) -> str:
                 f"{summed['wasted_hours']:.2f} wasted, {summed['energy_kwh']:.3f} kWh")
     if any(not row.total.energy_complete for row in report.rows):
         text.append("* the energy counter was not read over all of the allocated time")
+    text += throttle_notes(report)
     return "\n".join(text) + "\n"
 
 

@@ -27,7 +27,8 @@ NO_WASTE = "(none)"
 """The bar chart's one category when nobody wasted any GPU time."""
 
 ROW_FIELDS = ("key", "kinds", "gpus", "gpu_hours", "busy_hours", "wasted_hours", "efficiency_pct", "energy_kwh",
-              "energy_text", "utilization_pct", "peak_memory_bytes", "peak_memory_text", "start", "end")
+              "energy_text", "utilization_pct", "peak_memory_bytes", "peak_memory_text", "power_cap_pct",
+              "thermal_pct", "start", "end")
 IDLE_FIELDS = ("gpu", "unit", "owner", "reason", "idle_min", "memory")
 
 
@@ -53,7 +54,8 @@ def gpu_list(indices: Sequence[int]) -> str:
 
 
 def row_columns(rows: Sequence[Row]) -> dict[str, list[Any]]:
-    """The accounting table: one row per owner, numbers kept as numbers so the columns sort by value."""
+    """The accounting table: one row per owner, numbers kept as numbers so the columns sort by value (the shares
+    of GPU time lost to the power cap and to heat NaN, a dash, when their counters were never read)."""
     data: dict[str, list[Any]] = {name: [] for name in ROW_FIELDS}
     for row in rows:
         total = row.total
@@ -67,6 +69,7 @@ def row_columns(rows: Sequence[Row]) -> dict[str, list[Any]]:
             "utilization_pct": _number(total.mean_utilization_pct),
             "peak_memory_bytes": _number(total.peak_memory_bytes),
             "peak_memory_text": "-" if total.peak_memory_bytes is None else format_bytes(total.peak_memory_bytes),
+            "power_cap_pct": _number(total.power_cap_pct), "thermal_pct": _number(total.thermal_pct),
             "start": local_time(total.start_s), "end": local_time(total.end_s),
         }
         for name in ROW_FIELDS:

@@ -1,5 +1,6 @@
-"""GPU Accounting: who used the GPUs over a range (GPU-hours, busy and wasted hours, energy, memory), grouped by
-job, pod, user or project, with a CSV download, the owners who wasted the most and the allocations idle now.
+"""GPU Accounting: who used the GPUs over a range (GPU-hours, busy and wasted hours, energy, memory, the share of
+their GPU time lost to the power cap and to thermal slowdown), grouped by job, pod, user or project, with a CSV
+download, the owners who wasted the most and the allocations idle now.
 
 The report reads the history's SQLite file, so it is made in the history executor, off the event loop, and shown
 from a next-tick callback; the page asks again when a control changes and every :data:`REFRESH_MS`.
@@ -113,6 +114,8 @@ def _table_columns() -> list[TableColumn]:
         shown("energy_kwh", "energy_text", "energy kWh", 85),
         number("utilization_pct", "mean util %", 85, "0.0"),
         shown("peak_memory_bytes", "peak_memory_text", "peak memory", 95),
+        number("power_cap_pct", "power cap %", 85, "0.0"),
+        number("thermal_pct", "thermal %", 75, "0.0"),
         TableColumn(field="start", title="start", width=115),
         TableColumn(field="end", title="end", width=115),
     ]

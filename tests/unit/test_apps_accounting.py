@@ -123,7 +123,7 @@ def test_table_shows_each_jobs_hours_energy_and_memory(book: AccountingBook) -> 
     assert table.sortable
     assert [column.title for column in table.columns] == [
         "owner", "kind", "GPUs", "GPU-hours", "busy h", "wasted h", "efficiency %", "energy kWh", "mean util %",
-        "peak memory", "start", "end"]
+        "peak memory", "power cap %", "thermal %", "start", "end"]
     totals = [model.text for model in models(doc, Div) if "Range totals" in model.text]
     assert totals == ["<b>Range totals:</b> 0.001 GPU-hours · 0.000 busy · 0.000 wasted · 0.000 kWh "
                       "(* energy counted over part of the time only)"]
