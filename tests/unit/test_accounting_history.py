@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from nvdash.accounting.accountant import Accountant
 from nvdash.accounting.attribution import Owner
 from nvdash.accounting.ledger import Key, Tally
+from nvdash.cli import main
 from nvdash.history import accounting_table
 from nvdash.history.database import open_database
 from nvdash.history.writer import HistoryWriter
@@ -111,3 +113,73 @@ def test_the_writer_prunes_hours_older_than_the_accounting_retention(tmp_path: P
     rows = writer._connection.execute("SELECT hour FROM accounting ORDER BY hour").fetchall()
     assert rows == [(kept,)]
     writer.stop()
+
+
+OLD_TABLE = (  # the accounting table as nvdash wrote it before it kept the time lost to throttling
+    "CREATE TABLE accounting (hour REAL NOT NULL, gpu INTEGER NOT NULL, kind TEXT NOT NULL, job TEXT NOT NULL,"
+    " user TEXT NOT NULL, project TEXT NOT NULL, start_s REAL NOT NULL, end_s REAL NOT NULL,"
+    " allocated_s REAL NOT NULL, busy_s REAL NOT NULL, activity_known_s REAL NOT NULL, utilization_s REAL NOT NULL,"
+    " sm_active_s REAL NOT NULL, sm_known_s REAL NOT NULL, energy_j REAL NOT NULL, energy_known_s REAL NOT NULL,"
+    " memory_byte_s REAL NOT NULL, memory_known_s REAL NOT NULL, peak_memory_bytes INTEGER,"
+    " PRIMARY KEY (hour, gpu, kind, job, user, project)) WITHOUT ROWID")
+
+
+def throttled(time_s: float, second: int) -> Snapshot:
+    """GPU 0 with its power-cap counter 0.14 s and its thermal counter 0.05 s further each second."""
+    gpu = GpuSample(index=0, utilization_pct=100.0, memory_used_bytes=GiB, energy_mj=1000 * second,
+                    violation_power_ns=140_000_000 * second, violation_thermal_ns=50_000_000 * second)
+    return Snapshot(time_s=time_s, gpus=(gpu,), host=HostSample(), usage=Usage(time_s=T0))
+
+
+def report_rows(path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, dict[str, object]]:
+    assert main(["report", "--history", str(path), "--format", "json", "--from", str(T0 - H), "--to",
+                 str(T0 + H)]) == 0
+    return {row["key"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+
+
+def test_a_history_written_before_the_throttle_columns_keeps_its_rows_and_gains_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "old.sqlite"
+    open_database(path).close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("DROP TABLE accounting")
+        raw.execute(OLD_TABLE)
+        raw.execute("INSERT INTO accounting VALUES (?, 0, 'slurm', '111', 'bob', 'chemistry', ?, ?, 600, 600, 600,"
+                    " 300, 0, 0, 6000, 600, 0, 0, NULL)", (T0 - H, T0 - H, T0 - H + 600))
+    old = report_rows(path, capsys)["111"]  # read-only, before any writer touched the file
+    assert old["gpu_seconds"] == 600.0
+    assert (old["power_cap_s"], old["power_cap_pct"], old["thermal_pct"]) == (None, None, None), "not measured"
+
+    (tmp_path / "map").mkdir()
+    (tmp_path / "map" / "0").write_text("4242\n")
+    accountant = Accountant({0: inventory().gpus[0].uuid}, job_mapping_dir=tmp_path / "map")
+    writer = HistoryWriter(path, inventory(), "test", 1.0, accounting=accountant)
+    writer.open()
+    for second in range(11):
+        accountant.step(throttled(T0 + second, second))
+    writer.flush()
+    writer.stop()
+    with sqlite3.connect(path) as raw:
+        columns = {row[1] for row in raw.execute("PRAGMA table_info(accounting)")}
+        assert {"power_cap_s", "power_cap_known_s", "thermal_s", "thermal_known_s"} <= columns
+        assert raw.execute("SELECT count(*) FROM accounting").fetchone()[0] == 2, "the old row kept"
+    rows = report_rows(path, capsys)
+    assert rows["111"]["gpu_seconds"] == 600.0
+    assert rows["111"]["power_cap_pct"] is None, "its hours were not measured: unknown, not 0"
+    job = rows["4242"]
+    assert (job["gpu_seconds"], job["power_cap_s"], job["power_cap_pct"]) == (10.0, 1.4, 14.0)
+    assert (job["thermal_s"], job["thermal_pct"]) == (0.5, 5.0)
+
+
+def test_stored_throttle_seconds_add_up_per_hour(tmp_path: Path) -> None:
+    connection = open_database(tmp_path / "h.sqlite")
+    first = Tally(start_s=T0, end_s=T0 + 10, allocated_s=10.0, power_cap_s=1.4, power_cap_known_s=10.0,
+                  thermal_s=0.0, thermal_known_s=10.0)
+    again = Tally(start_s=T0 + 10, end_s=T0 + 20, allocated_s=10.0, power_cap_s=0.6, power_cap_known_s=10.0)
+    accounting_table.store(connection, {(JOB, 0, T0): first})
+    accounting_table.store(connection, {(JOB, 0, T0): again})  # a restarted server, the same hour
+    [(_, _, stored)] = accounting_table.totals(connection, T0, T0 + H)
+    assert (stored.power_cap_s, stored.power_cap_known_s) == pytest.approx((2.0, 20.0))
+    assert stored.power_cap_pct == pytest.approx(10.0)
+    assert (stored.thermal_s, stored.thermal_known_s) == pytest.approx((0.0, 10.0))
+    assert stored.thermal_pct == pytest.approx(0.0)
