@@ -32,6 +32,13 @@ def test_the_mapped_job_is_charged_and_served_as_json_and_csv(tmp_path: Path, hi
         assert row["gpus"] == [3]
         assert row["kinds"] == ["slurm"]
         assert row["energy_j"] > 0
+        for policy in ("power_cap", "thermal"):  # the time lost to throttling: null when no counter was read
+            known, lost, share = row[f"{policy}_known_s"], row[f"{policy}_s"], row[f"{policy}_pct"]
+            if known == 0:
+                assert (lost, share) == (None, None), "a counter never read is unknown, not 0"
+            else:
+                assert 0 <= lost <= known
+                assert share == pytest.approx(100 * lost / known, abs=0.01)
         report = get_json(server.url + "/api/accounting.json?range=7d&by=job")
         assert report["source"] == ("history" if history else "memory")
         assert report["range"]["label"] == "7d"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from concurrent.futures import ThreadPoolExecutor
 from html import unescape
 from pathlib import Path
@@ -238,3 +239,27 @@ def test_without_accounting_the_page_is_one_note() -> None:
     assert [model.text for model in models(doc, Div)] == ["This server keeps no GPU accounting."]
     assert doc.session_callbacks == []
     assert not list(doc.select({"type": ColumnDataSource}))
+
+
+def test_the_table_shows_the_share_of_gpu_time_lost_to_the_power_cap_and_to_heat(tmp_path: Path) -> None:
+    """Job 4242 on GPU 0 over 10 s: its power-cap counter rose 0.14 s and its thermal one 0.02 s a second; job 777
+    on GPU 1, whose counters NVML never gave (a dash, not 0)."""
+    (tmp_path / "0").write_text("4242 1000\n")
+    (tmp_path / "1").write_text("777 1001\n")
+    accountant = Accountant({0: "GPU-a", 1: "GPU-b"}, job_mapping_dir=tmp_path, names=Names())
+    usage = Usage(time_s=T0)
+    for second in range(11):
+        throttled = GpuSample(index=0, utilization_pct=100.0, violation_power_ns=140_000_000 * second,
+                              violation_thermal_ns=20_000_000 * second)
+        accountant.step(Snapshot(time_s=T0 + second, gpus=(throttled, GpuSample(index=1, utilization_pct=50.0)),
+                                 host=HostSample(), usage=usage))
+    doc = page(context(AccountingBook(accountant, clock=lambda: T0 + 20)))
+    data = source(doc, "accounting").data
+    assert list(data["key"]) == ["4242", "777"]
+    assert data["power_cap_pct"][0] == pytest.approx(14.0)
+    assert data["thermal_pct"][0] == pytest.approx(2.0)
+    assert math.isnan(data["power_cap_pct"][1]), "never read: shown as a dash"
+    assert math.isnan(data["thermal_pct"][1])
+    columns = {column.field: column for column in named(doc, DataTable, "accounting-table").columns}
+    assert (columns["power_cap_pct"].title, columns["thermal_pct"].title) == ("power cap %", "thermal %")
+    assert columns["power_cap_pct"].formatter.nan_format == "-"
