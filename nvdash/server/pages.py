@@ -96,7 +96,7 @@ def render_index(
                 else "n/a"
             ),
             "nvlink": (
-                f"{gpu.nvlink_links} links, {format_rate(gpu.nvlink_max_bytes_per_s)} per direction"
+                f"{gpu.nvlink_links} links, {format_rate(gpu.nvlink_max_bytes_per_s)} data rate per direction"
                 if gpu.has_nvlink
                 else "none"
             ),

@@ -69,6 +69,9 @@ def test_link_maxima_are_named_as_maxima_beside_the_current_link() -> None:
         assert info["deprecated_aliases"] == {"pcie_generation": "pcie_generation_max",
                                               "pcie_width": "pcie_width_max",
                                               "nvlink_max_bytes_per_s": "nvlink_data_max_bytes_per_s"}
+        _status, body, _headers = http_get(server.url + "/")
+        assert body.count(" links, ") == 8
+        assert body.count(" data rate per direction") == 8, "the index says which NVLink maximum it shows"
 
 
 H100_LINKS = 18
