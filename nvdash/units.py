@@ -55,12 +55,14 @@ def format_pct(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f} %"
 
 
-def format_rate_of(value: float | None, maximum: float | None) -> str:
-    """A rate against its link maximum: ``12.3 GB/s of 63.0 GB/s (19 %)``."""
+def format_rate_of(value: float | None, maximum: float | None, *, maximum_name: str = "") -> str:
+    """A rate against its link maximum: ``12.3 GB/s of 63.0 GB/s (19 %)``; ``maximum_name`` says which maximum
+    (``12.3 GB/s of 450.0 GB/s data rate (3 %)``)."""
     if value is None or not is_known(value):
         return "n/a"
     if maximum is None or not is_known(maximum) or maximum <= 0:
         return format_rate(value)
-    return f"{format_rate(value)} of {format_rate(maximum)} ({100.0 * value / maximum:.0f} %)"
+    name = f" {maximum_name}" if maximum_name else ""
+    return f"{format_rate(value)} of {format_rate(maximum)}{name} ({100.0 * value / maximum:.0f} %)"
 
 

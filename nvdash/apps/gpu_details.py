@@ -1,5 +1,7 @@
-"""GPU Details: one GPU in depth. Temperature against its thresholds, power against its enforced limit, clocks
-against their maxima, the clock event reasons as a band under them, and GPM activity where the GPU has it.
+"""GPU Details: one GPU in depth. Temperature against its thresholds, power against its enforced and requested
+limits, clocks against their maxima, the clock event reasons as a band under them, the video engines, and GPM
+activity (SM, tensor, DRAM, the FP64/FP32/FP16 pipes) where the GPU has it. The header adds the share of the last
+minute each of NVML's performance policies held the clocks back (from its violation-time counters).
 
 One GPU at a time (chosen with the selector or ``?gpu=N``) keeps the page as cheap as one GPU's lines, whatever
 the number of GPUs; switching refills the same renderers from the store (or, for a past range, the history).
@@ -37,6 +39,7 @@ from nvdash.apps.rows import FloatArray, gpu_reading, gpu_value, nan_if_none
 from nvdash.apps.shared_ticks import TickCache, opening_columns
 from nvdash.apps.stages import Stage, StagedGrid, run_in_stages
 from nvdash.apps.theme import apply_theme, request_arguments
+from nvdash.apps.throughput import recent_rows
 from nvdash.apps.time_range import TimeRangeControl
 from nvdash.apps.timelines import (
     HistoryLayers,
@@ -68,10 +71,25 @@ SHUTDOWN_COLOR = "#d62728"
 BENIGN_COLOR = "#9e9e9e"
 THROTTLE_COLOR = "#d62728"
 POWER_CAP_COLOR = "#ff7f0e"
-GPM_NOT_AVAILABLE = "GPM activity (SM active, tensor, DRAM) is not available on this GPU."
+REQUESTED_LIMIT_COLOR = "#8c564b"
+GPM_NOT_AVAILABLE = "GPM activity (SM active, tensor, DRAM, FP64/FP32/FP16 pipes) is not available on this GPU."
 REASONS_TITLE = "Clock event reasons"
 REASONS_METRIC = "clock_event_reasons"
 GPM_TITLE = "GPM activity"
+VIDEO_TITLE = "Video engines"
+HELD_BACK_WINDOW_S = 60.0
+"""The header's share of time the clocks were held back covers at most this many seconds of readings."""
+NS_PER_S = 1e9
+
+VIOLATION_POLICIES: tuple[tuple[str, Callable[[GpuSample], int | None]], ...] = (
+    ("power cap", lambda s: s.violation_power_ns),
+    ("thermal", lambda s: s.violation_thermal_ns),
+    ("sync boost", lambda s: s.violation_sync_boost_ns),
+    ("board limit", lambda s: s.violation_board_limit_ns),
+    ("low utilization", lambda s: s.violation_low_utilization_ns),
+    ("reliability", lambda s: s.violation_reliability_ns),
+)
+"""NVML's performance policies (``nvmlPerfPolicyType_t``) and the violation-time counter of each."""
 
 
 def _constant(value: float | None) -> Callable[[Snapshot], float | None]:
@@ -143,6 +161,8 @@ def detail_panels(info: GpuInfo) -> tuple[Panel, ...]:
             line("power", "power draw", GPU_COLOR, lambda s: s.power_w, "power_w"),
             line("power_limit", "enforced limit", LIMIT_COLOR, lambda s: s.power_limit_w, "power_limit_w",
                  dash="dashed"),
+            line("power_requested", "requested limit", REQUESTED_LIMIT_COLOR, lambda s: s.power_management_limit_w,
+                 "power_management_limit_w", dash="dotted"),
         ), what="series", value="power"),
         Panel("Clocks", "clock", Unit.MHZ, (
             line("sm_clock", "SM", GPU_COLOR, lambda s: s.clock_sm_mhz, "clock_sm_mhz"),
@@ -161,7 +181,17 @@ def detail_panels(info: GpuInfo) -> tuple[Panel, ...]:
                  "gpm_sm_occupancy_pct"),
             line("gpm_tensor", "tensor active", "#2ca02c", lambda s: s.gpm_tensor_active_pct, "gpm_tensor_active_pct"),
             line("gpm_dram", "DRAM active", MEMORY_COLOR, lambda s: s.gpm_dram_active_pct, "gpm_dram_active_pct"),
+            line("gpm_fp64", "FP64", "#d62728", lambda s: s.gpm_fp64_active_pct, "gpm_fp64_active_pct",
+                 dash="dashed"),
+            line("gpm_fp32", "FP32", "#ff7f0e", lambda s: s.gpm_fp32_active_pct, "gpm_fp32_active_pct",
+                 dash="dashed"),
+            line("gpm_fp16", "FP16", "#e377c2", lambda s: s.gpm_fp16_active_pct, "gpm_fp16_active_pct",
+                 dash="dashed"),
         ), 100.0, what="series", value="activity"),
+        Panel(VIDEO_TITLE, "busy", Unit.PCT, (
+            line("encoder", "encoder", GPU_COLOR, lambda s: s.encoder_utilization_pct, "encoder_utilization_pct"),
+            line("decoder", "decoder", MEMORY_COLOR, lambda s: s.decoder_utilization_pct, "decoder_utilization_pct"),
+        ), 100.0, what="engine", value="busy"),
     )
 
 
@@ -169,8 +199,39 @@ def _number(value: float | None, unit: str, digits: int = 0) -> str:
     return "n/a" if value is None else f"{value:.{digits}f} {unit}"
 
 
-def header_html(info: GpuInfo, sample: GpuSample | None, lost: bool) -> str:
-    """The selected GPU's identity and its newest readings in one line each."""
+def held_back_shares(rows: Sequence[Snapshot], index: int) -> tuple[float, list[tuple[str, float]]]:
+    """How long the readings ``rows`` span for GPU ``index`` (seconds), and for each performance policy with two
+    readings in them, the share of that time (0-100 %) it held the clocks below the requested ones: the rise of its
+    violation-time counter over the time between its oldest and newest reading. A counter that fell (the driver
+    was reloaded) is left out."""
+    span = 0.0
+    shares: list[tuple[str, float]] = []
+    samples = [(row.time_s, sample) for row in rows if (sample := gpu_reading(row, index)[0]) is not None]
+    for name, read in VIOLATION_POLICIES:
+        oldest = next(((t, value) for t, sample in samples if (value := read(sample)) is not None), None)
+        newest = next(((t, value) for t, sample in reversed(samples) if (value := read(sample)) is not None), None)
+        if oldest is None or newest is None:
+            continue
+        (first_s, first), (last_s, last) = oldest, newest
+        if last_s <= first_s or last < first:
+            continue
+        span = max(span, last_s - first_s)
+        shares.append((name, min(100.0, 100.0 * (last - first) / ((last_s - first_s) * NS_PER_S))))
+    return span, shares
+
+
+def held_back_text(span_s: float, shares: Sequence[tuple[str, float]]) -> str:
+    """``clocks held back in the last 60 s: power cap 25 % · thermal 3 %`` (the policies that did, rounded to
+    whole percent), ``... never`` when none did, or empty when no counter was read twice."""
+    if not shares:
+        return ""
+    shown = [f"{name} {format_pct(share, 0)}" for name, share in shares if round(share) > 0]
+    return f"clocks held back in the last {span_s:.0f} s: {' · '.join(shown) if shown else 'never'}"
+
+
+def header_html(info: GpuInfo, sample: GpuSample | None, lost: bool, held_back: str = "") -> str:
+    """The selected GPU's identity, its newest readings, and its video engines and held-back clocks (``held_back``,
+    from :func:`held_back_text`), in one line each."""
     identity = f"<b>GPU {info.index}</b> {escape(info.name)}"
     if info.pci_bus_id:
         identity += f" · {escape(info.pci_bus_id)}"
@@ -183,12 +244,20 @@ def header_html(info: GpuInfo, sample: GpuSample | None, lost: bool) -> str:
     if sample is None:
         return f"{identity}<br>no reading yet"
     pstate = "n/a" if sample.pstate is None else f"P{sample.pstate}"
-    limit = "" if sample.power_limit_w is None else f" of {sample.power_limit_w:.0f} W"
+    limit = "" if sample.power_limit_w is None else f" of {sample.power_limit_w:.0f} W enforced"
+    if sample.power_management_limit_w is not None:
+        limit += f" ({sample.power_management_limit_w:.0f} W requested)"
     fan = "" if sample.fan_speed_pct is None else f" · fan {format_pct(sample.fan_speed_pct, 0)}"
     readings = (f"{pstate} · {_number(sample.temperature_c, '°C')} · {_number(sample.power_w, 'W')}{limit}"
                 f" · SM {_number(sample.clock_sm_mhz, 'MHz')} · memory {_number(sample.clock_memory_mhz, 'MHz')}"
                 f"{fan} · clock events: {escape(describe_reasons(sample.clock_event_reasons))}")
-    return f"{identity}<br>{readings}"
+    more = []
+    if sample.encoder_utilization_pct is not None or sample.decoder_utilization_pct is not None:
+        more.append(f"video encoder {format_pct(sample.encoder_utilization_pct, 0)}"
+                    f" · decoder {format_pct(sample.decoder_utilization_pct, 0)}")
+    if held_back:
+        more.append(escape(held_back))
+    return f"{identity}<br>{readings}" + (f"<br>{' · '.join(more)}" if more else "")
 
 
 def selected_index(arguments: Any, gpus: Sequence[GpuInfo]) -> int | None:
@@ -236,6 +305,7 @@ class DetailsView:
     def __init__(self, store: Store, info: GpuInfo, interval_s: float, dark: bool,
                  ticks: TickCache | None = None) -> None:
         self.store = store
+        self.interval_s = interval_s
         self.ticks = ticks if ticks is not None else TickCache(capacity=4)
         self.info = info
         self.panels = detail_panels(info)
@@ -254,6 +324,7 @@ class DetailsView:
         self.blocks: list[Rect] = []
         self.layers = HistoryLayers()
         self.gpm_figure: figure | None = None
+        self.video_figure: figure | None = None
         self.follower: Follower | None = None
         self.control: TimeRangeControl | None = None
         self.show(store.latest())
@@ -275,6 +346,9 @@ class DetailsView:
         if panel.title == GPM_TITLE:
             self.gpm_figure = fig
             fig.visible = self.info.gpm_supported
+        if panel.title == VIDEO_TITLE:
+            self.video_figure = fig
+            fig.visible = self._has_video(self.store.latest())
         self.figures.append(fig)
         return fig
 
@@ -296,14 +370,29 @@ class DetailsView:
         """The columns of ``rows`` for the GPU shown."""
         return timeline_data(rows, self.panels)
 
+    def _has_video(self, snapshot: Snapshot | None) -> bool:
+        """Whether the GPU's newest reading has an encoder or decoder figure (the plot is hidden otherwise)."""
+        sample, _lost = gpu_reading(snapshot, self.info.index)
+        return sample is not None and (sample.encoder_utilization_pct is not None
+                                       or sample.decoder_utilization_pct is not None)
+
     def show(self, snapshot: Snapshot | None) -> None:
-        """Refresh the header from the newest snapshot and the GPM part from the GPU's capability."""
+        """Refresh the header from the newest snapshot (and the store's last minute, for the held-back clocks), the
+        GPM part from the GPU's capability and the video plot from whether the GPU reports its engines."""
         sample, lost = gpu_reading(snapshot, self.info.index)
-        text = header_html(self.info, sample, lost)
+        held_back = ""
+        if sample is not None:
+            rows, _seq = recent_rows(self.store, self.interval_s, HELD_BACK_WINDOW_S)
+            held_back = held_back_text(*held_back_shares(rows, self.info.index))
+        text = header_html(self.info, sample, lost, held_back)
         if text != self.header.text:
             self.header.text = text
         if self.gpm_figure is not None:
             self.gpm_figure.visible = self.info.gpm_supported
+        if self.video_figure is not None:
+            video = self._has_video(snapshot)
+            if video != self.video_figure.visible:
+                self.video_figure.visible = video
         self.gpm_note.visible = not self.info.gpm_supported
 
     def on_rows(self, rows: Sequence[Snapshot]) -> None:

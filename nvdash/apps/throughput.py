@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from bokeh.document import Document
@@ -50,6 +51,22 @@ BAR_WIDTH = 0.36
 BAR_OFFSET = 0.2
 
 
+@dataclass(frozen=True)
+class LinkMaximum:
+    """Which maximum a link's pale bar and percentages are, in words: ``legend`` on the plot, ``of`` after the
+    figure in texts (``12 GB/s of 450 GB/s data rate``), and ``detail`` for the hover (the other figure, say)."""
+
+    legend: str = "link maximum"
+    of: str = ""
+    detail: Callable[[GpuInfo], str] | None = None
+
+    def describe(self, gpu: GpuInfo, maximum: float | None) -> str:
+        """The hover's text for ``gpu``'s maximum: ``450.0 GB/s data rate per direction (...)``."""
+        text = f"{format_rate(maximum)}{' ' + self.of if self.of else ''} per direction"
+        extra = self.detail(gpu) if self.detail is not None and maximum is not None else ""
+        return f"{text} ({extra})" if extra else text
+
+
 def recent_rows(store: Store, interval_s: float, window_s: float = PEAK_WINDOW_S) -> tuple[list[Snapshot], int]:
     """The readings of the last ``window_s`` seconds (the newest and those at most ``window_s`` older, by the
     readings' own times), oldest first, and the newest sequence number."""
@@ -81,12 +98,14 @@ def columns(
     rx: Metric,
     *,
     partial: Callable[[GpuSample], bool] | None = None,
+    named: LinkMaximum | None = None,
 ) -> dict[str, list[Any]]:
     """The bar source: TX, RX, the GPU's maximum (or the axis top when unknown, for hovering) and texts.
 
     ``partial`` says when a reading is a lower bound (some NVLink links did not answer): its texts and label
-    say so rather than showing a silently smaller number.
+    say so rather than showing a silently smaller number. ``named`` names the figure the percentages are of.
     """
+    label = named or LinkMaximum()
     top = largest(maxima)
     data: dict[str, list[Any]] = {name: [] for name in (
         "gpu", "description", "tx", "rx", "max", "max_bar", "tx_text", "rx_text", "max_text", "note")}
@@ -102,21 +121,24 @@ def columns(
         data["max_bar"].append(nan_if_none(top if maximum is None else maximum))
         is_partial = sample is not None and partial is not None and partial(sample)
         suffix = " (partial: some links did not answer)" if is_partial else ""
-        data["tx_text"].append("GPU lost" if lost else format_rate_of(tx_value, maximum) + suffix)
-        data["rx_text"].append("GPU lost" if lost else format_rate_of(rx_value, maximum) + suffix)
-        data["max_text"].append(f"{format_rate(maximum)} per direction")
+        data["tx_text"].append("GPU lost" if lost else format_rate_of(tx_value, maximum, maximum_name=label.of)
+                               + suffix)
+        data["rx_text"].append("GPU lost" if lost else format_rate_of(rx_value, maximum, maximum_name=label.of)
+                               + suffix)
+        data["max_text"].append(label.describe(gpu, maximum))
         data["note"].append("lost" if lost else "partial" if is_partial else "")
     return data
 
 
 def peak_columns(
-    rows: Sequence[Snapshot], gpus: Sequence[GpuInfo], maxima: Sequence[float | None], tx: Metric, rx: Metric
+    rows: Sequence[Snapshot], gpus: Sequence[GpuInfo], maxima: Sequence[float | None], tx: Metric, rx: Metric,
+    *, maximum_name: str = "",
 ) -> dict[str, list[Any]]:
     """The markers' columns: each GPU's TX and RX peak over ``rows`` and their texts."""
     data: dict[str, list[Any]] = {"tx_peak": peaks(rows, gpus, tx), "rx_peak": peaks(rows, gpus, rx)}
     for direction in ("tx", "rx"):
         data[f"{direction}_peak_text"] = [
-            "n/a" if math.isnan(value) else format_rate_of(value, maximum)
+            "n/a" if math.isnan(value) else format_rate_of(value, maximum, maximum_name=maximum_name)
             for value, maximum in zip(data[f"{direction}_peak"], maxima, strict=True)
         ]
     return data
@@ -142,15 +164,18 @@ def build_throughput(
     tx: Metric,
     rx: Metric,
     partial: Callable[[GpuSample], bool] | None = None,
+    named: LinkMaximum | None = None,
 ) -> None:
     """Grouped TX/RX bars per GPU over a pale bar at the GPU's own link maximum, with a marker on each bar at its
-    peak of the last :data:`PEAK_WINDOW_S` seconds; both follow every new reading."""
+    peak of the last :data:`PEAK_WINDOW_S` seconds; both follow every new reading. ``named`` says which maximum
+    the pale bar and the percentages are (NVLink: the data rate, not the signalling rate)."""
     dark = apply_theme(doc)
     maxima = [maximum(gpu) for gpu in gpus]
+    label = named or LinkMaximum()
 
     def compute(rows: Sequence[Snapshot]) -> dict[str, list[Any]]:
-        data = columns(gpus, maxima, rows[-1] if rows else None, tx, rx, partial=partial)
-        data.update(peak_columns(rows, gpus, maxima, tx, rx))
+        data = columns(gpus, maxima, rows[-1] if rows else None, tx, rx, partial=partial, named=label)
+        data.update(peak_columns(rows, gpus, maxima, tx, rx, maximum_name=label.of))
         return data
 
     def current() -> tuple[dict[str, list[Any]], int]:
@@ -162,7 +187,7 @@ def build_throughput(
     follow(doc, ctx, seq, lambda _new: patch_changed(source, current()[0]), batch=refresh_batch(ctx))
 
     def make() -> figure:
-        fig = bar_figure(f"{title} per direction (pale bar: each GPU's link maximum)",
+        fig = bar_figure(f"{title} per direction (pale bar: each GPU's {label.legend})",
                          [gpu_label(gpu) for gpu in gpus], value_label="rate", unit=Unit.RATE,
                          maximum=largest(maxima), vertical=True)
         limit = fig.vbar(x="gpu", top="max_bar", width=0.85, source=source, color=LOST_COLOR,
@@ -178,11 +203,11 @@ def build_throughput(
         add_legend_above(fig, [legend_item("TX (sent)", tx_bars),
                                legend_item("RX (received)", rx_bars),
                                LegendItem(label=PEAK_LABEL, renderers=markers),
-                               legend_item("link maximum", limit)])
+                               legend_item(label.legend, limit)])
         hover_on: list[DataRenderer] = [limit] if largest(maxima) is not None else [tx_bars, rx_bars]
         add_bar_hover(fig, hover_on, [("GPU", "@description"), ("TX", "@tx_text"), ("RX", "@rx_text"),
                                       (f"TX {PEAK_LABEL}", "@tx_peak_text"), (f"RX {PEAK_LABEL}", "@rx_peak_text"),
-                                      ("link maximum", "@max_text")])
+                                      (label.legend, "@max_text")])
         return fig
 
     add_page(doc, title, Later(make), dark=dark, staging=ctx.staging)

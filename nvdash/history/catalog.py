@@ -59,7 +59,7 @@ class Metric:
 
 def _unit(name: str) -> str:
     for suffix, unit in (("_bytes_per_s", "B/s"), ("_bytes", "B"), ("_pct", "%"), ("_c", "°C"), ("_w", "W"),
-                         ("_mhz", "MHz"), ("_mj", "mJ")):
+                         ("_mhz", "MHz"), ("_mj", "mJ"), ("_ns", "ns")):
         if name.endswith(suffix):
             return unit
     return ""
@@ -69,7 +69,12 @@ _COUNTER_FIELDS = frozenset({
     "energy_mj", "ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate",
     "ecc_uncorrected_aggregate", "remapped_rows_corrected", "remapped_rows_uncorrected", "retired_pages_sbe",
     "retired_pages_dbe", "pcie_replay_count",
+    "violation_power_ns", "violation_thermal_ns", "violation_sync_boost_ns", "violation_board_limit_ns",
+    "violation_low_utilization_ns", "violation_reliability_ns",
+    "nvlink_crc_flit_errors", "nvlink_crc_data_errors", "nvlink_replay_errors", "nvlink_recovery_errors",
 })
+"""Running totals since the driver loaded (NVML's violation times, error counts, energy): a bucket keeps the
+newest (largest) value; a rate or a share of time is a difference of two values, never their mean."""
 _BITS_FIELDS = frozenset({
     "lost", "nvlink_partial", "clock_event_reasons", "remap_pending", "remap_failure", "retired_pages_pending",
 })

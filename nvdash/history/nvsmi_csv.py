@@ -25,6 +25,12 @@ What nvidia-smi writes (its ``--help-query-gpu`` text and logs from drivers 515 
   (``nvidia-smi -q``: Total 40960, Reserved 620, Used 4, Free 40334 MiB, each floored from bytes; nvdash
   subtracts the floored figures, so that a re-export is identical: see ``_free_mib``).
 - Names are written as they are, unquoted like nvidia-smi's, so a comma in one would shift the columns.
+- ``enforced.power.limit`` is the enforced limit (``power_limit_w``), ``power.limit`` the requested management limit
+  (``power_management_limit_w``): two figures, kept apart both ways.
+
+Readings nvidia-smi has no query field for are written and read under ``nvdash.`` names
+(``nvdash.violation_time.power [ns]``, ``nvdash.gpm.fp64_active [%]``, ``nvdash.nvlink.errors.crc_flit``), only when
+asked for; a log without them imports with those readings unknown.
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ class Kind(Enum):
     WATTS = "watts"
     MHZ = "mhz"
     COUNT = "count"
+    NANOSECONDS = "ns"
+    """A time counter in whole nanoseconds (``1234 ns``)."""
     PSTATE = "pstate"
     BITMASK = "bitmask"
 
@@ -78,8 +86,8 @@ class Field:
     """The unit in the header's brackets and after each value."""
     aliases: tuple[str, ...] = ()
     fallback: bool = False
-    """Imported only when the header has no other field for the same column (``power.limit`` gives way to
-    ``enforced.power.limit``, ``power.draw.instant`` to ``power.draw``)."""
+    """Imported only when the header has no other field for the same column (``power.draw.instant`` gives way to
+    ``power.draw``)."""
 
     def header(self, units: bool = True) -> str:
         """The header cell: ``memory.used [MiB]``, or the bare name."""
@@ -93,10 +101,14 @@ _VALUE_UNITS: dict[Kind, tuple[str, ...]] = {
     Kind.WATTS: ("W",),
     Kind.MHZ: ("MHz",),
     Kind.COUNT: ("x",),
+    Kind.NANOSECONDS: ("ns",),
 }
 """The unit suffixes accepted after a number on import (``x``: a link width as ``nvidia-smi -q`` writes it)."""
 
 _IDENTITY = ("time", "index", "name", "uuid", "pci_bus_id", "driver_version")
+NVDASH_PREFIX = "nvdash."
+"""Fields nvidia-smi's ``--query-gpu`` has no name for (NVML's violation times, GPM's FP pipes, NVLink error
+totals) are named under this prefix, so that no nvidia-smi field is ever mistaken for one."""
 
 FIELDS: tuple[Field, ...] = (
     Field("timestamp", Kind.TIMESTAMP, "time"),
@@ -118,7 +130,7 @@ FIELDS: tuple[Field, ...] = (
     Field("power.draw.average", Kind.WATTS, "power_w", "W", fallback=True),
     Field("power.draw.instant", Kind.WATTS, "power_w", "W", fallback=True),
     Field("enforced.power.limit", Kind.WATTS, "power_limit_w", "W"),
-    Field("power.limit", Kind.WATTS, "power_limit_w", "W", fallback=True),
+    Field("power.limit", Kind.WATTS, "power_management_limit_w", "W"),
     Field("pstate", Kind.PSTATE, "pstate"),
     Field("clocks.current.graphics", Kind.MHZ, "clock_graphics_mhz", "MHz", ("clocks.gr",)),
     Field("clocks.current.sm", Kind.MHZ, "clock_sm_mhz", "MHz", ("clocks.sm",)),
@@ -135,6 +147,14 @@ FIELDS: tuple[Field, ...] = (
     Field("ecc.errors.uncorrected.aggregate.total", Kind.COUNT, "ecc_uncorrected_aggregate"),
     Field("retired_pages.single_bit_ecc.count", Kind.COUNT, "retired_pages_sbe", aliases=("retired_pages.sbe",)),
     Field("retired_pages.double_bit.count", Kind.COUNT, "retired_pages_dbe", aliases=("retired_pages.dbe",)),
+    Field("utilization.encoder", Kind.PERCENT, "encoder_utilization_pct", "%"),
+    Field("utilization.decoder", Kind.PERCENT, "decoder_utilization_pct", "%"),
+    *(Field(f"{NVDASH_PREFIX}violation_time.{policy}", Kind.NANOSECONDS, f"violation_{policy}_ns", "ns")
+      for policy in ("power", "thermal", "sync_boost", "board_limit", "low_utilization", "reliability")),
+    *(Field(f"{NVDASH_PREFIX}gpm.{pipe}_active", Kind.PERCENT, f"gpm_{pipe}_active_pct", "%")
+      for pipe in ("fp64", "fp32", "fp16")),
+    *(Field(f"{NVDASH_PREFIX}nvlink.errors.{counter}", Kind.COUNT, f"nvlink_{counter}_errors")
+      for counter in ("crc_flit", "crc_data", "replay", "recovery")),
 )
 """Every field nvdash writes and reads, in a sensible export order."""
 
@@ -222,7 +242,7 @@ def _write(spec: Field, time_s: float, info: GpuInfo, values: Mapping[str, Any],
         return f"P{int(value)}"
     if kind is Kind.BITMASK:
         return f"0x{int(value):016X}"
-    if kind is Kind.COUNT:
+    if kind in (Kind.COUNT, Kind.NANOSECONDS):
         return str(int(value))
     return str(round(float(value)))  # percent, degrees C, MHz: integers
 
@@ -454,7 +474,7 @@ def _read(spec: Field, cell: str, tz: tzinfo | None) -> Any:
             return int(cell, 16) if cell[:2].lower() == "0x" else int(cell)
         except ValueError:
             raise _BadValue(f"bad {spec.name} {cell!r}") from None
-    integral = kind in (Kind.INDEX, Kind.COUNT)
+    integral = kind in (Kind.INDEX, Kind.COUNT, Kind.NANOSECONDS)
     match = (_INTEGER if integral else _NUMBER).match(cell)
     if match is None or (match.group(2) and match.group(2) not in _VALUE_UNITS.get(kind, ())):
         raise _BadValue(f"bad {spec.name} {cell!r}")

@@ -15,6 +15,7 @@ from nvdash.freshness import banner_text
 from nvdash.health.status import GpuHealth
 from nvdash.sampling.records import Inventory
 from nvdash.server.auth import GuardedHandler
+from nvdash.server.field_names import add_clear_names, deprecated_aliases
 from nvdash.units import format_bytes, format_rate
 
 _env = Environment(autoescape=select_autoescape(default=True))
@@ -36,7 +37,9 @@ def index_json(inventory: Inventory, replay: bool = False, cluster: bool = False
 
 
 def info_json(inventory: Inventory, history: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The host and GPUs found at start, why there are none if so, and what the history does."""
+    """The host and GPUs found at start, why there are none if so, and what the history does. The link maxima are
+    named as in ``/api/snapshot.json`` (``pcie_generation_max``, ``nvlink_data_max_bytes_per_s`` beside
+    ``nvlink_signalling_max_bytes_per_s``), with the older names as ``deprecated_aliases``."""
     return {
         "mode": "replay" if history and history.get("replay") else "live",
         "history": history,
@@ -45,7 +48,7 @@ def info_json(inventory: Inventory, history: dict[str, Any] | None = None) -> di
         "simulated": inventory.simulated,
         "nvml_error": inventory.nvml_error,
         "gpus": [
-            {
+            add_clear_names({
                 "index": gpu.index,
                 "name": gpu.name,
                 "uuid": gpu.uuid,
@@ -55,11 +58,13 @@ def info_json(inventory: Inventory, history: dict[str, Any] | None = None) -> di
                 "pcie_max_bytes_per_s": gpu.pcie_max_bytes_per_s,
                 "nvlink_links": gpu.nvlink_links,
                 "nvlink_max_bytes_per_s": gpu.nvlink_max_bytes_per_s,
+                "nvlink_signalling_max_bytes_per_s": gpu.nvlink_signalling_max_bytes_per_s,
                 "nvlink_version": gpu.nvlink_version,
                 "pci_bus_id": gpu.pci_bus_id,
-            }
+            })
             for gpu in inventory.gpus
         ],
+        "deprecated_aliases": deprecated_aliases(("pcie_generation", "pcie_width", "nvlink_max_bytes_per_s")),
     }
 
 
@@ -91,7 +96,7 @@ def render_index(
                 else "n/a"
             ),
             "nvlink": (
-                f"{gpu.nvlink_links} links, {format_rate(gpu.nvlink_max_bytes_per_s)} per direction"
+                f"{gpu.nvlink_links} links, {format_rate(gpu.nvlink_max_bytes_per_s)} data rate per direction"
                 if gpu.has_nvlink
                 else "none"
             ),

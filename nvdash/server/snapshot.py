@@ -1,7 +1,12 @@
 """``/api/snapshot.json``: the latest reading of every GPU and the host, health with reasons, recent events.
 
 Every value comes from the store (never from NVML) with its unit in its name; ``null`` means unsupported or not
-read yet.
+read yet. Names say which figure a value is: ``pcie_generation_max`` beside ``pcie_generation_current``,
+``power_enforced_limit_w`` beside ``power_management_limit_w`` (the requested limit), ``nvlink_data_max_bytes_per_s``
+(the usable data rate: percentages of the NVLink maximum are of it) beside ``nvlink_signalling_max_bytes_per_s`` (the
+driver's link speed, above it by the encoding overhead). ``memory_used_bytes`` excludes the driver-reserved memory
+(``memory_reserved_bytes``), as nvidia-smi's ``memory.used`` does. The older names in ``deprecated_aliases`` are
+served beside the new ones until the next release (see :mod:`nvdash.server.field_names`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from nvdash.health.clock_events import decode_reasons
 from nvdash.health.status import GpuHealth, evaluate
 from nvdash.health.xid import xid_info
 from nvdash.sampling.records import GpuEvent, GpuInfo, GpuSample, Snapshot
+from nvdash.server.field_names import add_clear_names, deprecated_aliases
 from nvdash.server.usage_json import mig_json
 from nvdash.store import Store
 
@@ -81,8 +87,8 @@ def snapshot_json(store: Store, now: Callable[[], float] = time.time,
     gpus = []
     for info in inventory.gpus:
         entry: dict[str, Any] = {"index": info.index}
-        entry.update(_info_fields(info))
-        entry.update(_sample_fields(samples.get(info.index)))
+        entry.update(add_clear_names(_info_fields(info)))
+        entry.update(add_clear_names(_sample_fields(samples.get(info.index))))
         entry["health"] = _health_fields(health.get(info.index))
         entry["mig"] = mig_json(usages.get(info.index))
         gpus.append(entry)
@@ -102,4 +108,5 @@ def snapshot_json(store: Store, now: Callable[[], float] = time.time,
         "host": host,
         "topology": [list(row) for row in inventory.topology],
         "events": [event_json(event) for event in reversed(events[-RECENT_EVENTS:])],
+        "deprecated_aliases": deprecated_aliases(),
     }

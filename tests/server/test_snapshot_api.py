@@ -10,6 +10,10 @@ from typing import Any
 
 import pytest
 
+from nvdash.sampling.fake.profiles import PROFILES
+from nvdash.sampling.records import GpuInfo, GpuSample, HostInfo, HostSample, Inventory, Snapshot
+from nvdash.server.snapshot import snapshot_json
+from nvdash.store import Store
 from tests.conftest import free_port, get_json, http_get, nvdash_env, nvdash_server, wait_for
 
 
@@ -36,6 +40,92 @@ def test_snapshot_has_every_gpu_with_units_in_names() -> None:
         assert doc["host"]["cpu_count"] >= 1
         assert doc["topology"][0][0] == "X"
         assert len(doc["topology"]) == 8
+
+
+def test_link_maxima_are_named_as_maxima_beside_the_current_link() -> None:
+    """NVML's maximum link generation and width are ``*_max``; the older names stay as aliases with the same value."""
+    profile = PROFILES["dgx-h100"]
+    with nvdash_server(["--simulate", "dgx-h100", "--interval", "0.25"]) as server:
+        doc = wait_for(lambda: get_json(server.url + "/api/snapshot.json"),
+                       lambda d: all(g["pcie_width_current"] is not None for g in d["gpus"]))
+        for gpu in doc["gpus"]:
+            assert gpu["pcie_generation_max"] == profile.pcie_generation == 5
+            assert gpu["pcie_width_max"] == profile.pcie_width == 16
+            assert gpu["pcie_generation"] == gpu["pcie_generation_max"]
+            assert gpu["pcie_width"] == gpu["pcie_width_max"]
+            assert gpu["power_enforced_limit_w"] == gpu["power_limit_w"] == profile.power_limit_w
+            assert gpu["nvlink_data_max_bytes_per_s"] == gpu["nvlink_max_bytes_per_s"]
+            assert gpu["nvlink_link_data_bytes_per_s"] == gpu["nvlink_link_bytes_per_s"]
+        # The profile's GPU 3 trained to 8 lanes: the current width is below the maximum, not the same figure.
+        assert doc["gpus"][3]["pcie_width_current"] == 8
+        assert doc["gpus"][3]["pcie_width_max"] == 16
+        assert doc["deprecated_aliases"]["pcie_width"] == "pcie_width_max"
+        assert doc["deprecated_aliases"]["power_limit_w"] == "power_enforced_limit_w"
+        info = get_json(server.url + "/info.json")
+        for gpu in info["gpus"]:
+            assert (gpu["pcie_generation_max"], gpu["pcie_width_max"]) == (5, 16)
+            assert (gpu["pcie_generation"], gpu["pcie_width"]) == (5, 16)
+            assert gpu["nvlink_data_max_bytes_per_s"] == gpu["nvlink_max_bytes_per_s"]
+        assert info["deprecated_aliases"] == {"pcie_generation": "pcie_generation_max",
+                                              "pcie_width": "pcie_width_max",
+                                              "nvlink_max_bytes_per_s": "nvlink_data_max_bytes_per_s"}
+        _status, body, _headers = http_get(server.url + "/")
+        assert body.count(" links, ") == 8
+        assert body.count(" data rate per direction") == 8, "the index says which NVLink maximum it shows"
+
+
+H100_LINKS = 18
+H100_DATA_PER_LINK = 25e9
+"""NVLink 4: 25 GB/s of data per link and direction."""
+H100_SIGNALLING_PER_LINK = 26.5625e9
+"""2 lanes x 106.25 Gb/s per link and direction, as ``nvidia-smi nvlink -s`` shows it (26.562 GB/s)."""
+
+
+def _h100_inventory() -> Inventory:
+    info = GpuInfo(index=0, name="NVIDIA H100 80GB HBM3", uuid="GPU-0", memory_total_bytes=80 * 2**30,
+                   pcie_generation=5, pcie_width=16, pcie_max_bytes_per_s=63e9, nvlink_links=H100_LINKS,
+                   nvlink_max_bytes_per_s=H100_LINKS * H100_DATA_PER_LINK,
+                   nvlink_link_bytes_per_s=H100_DATA_PER_LINK,
+                   nvlink_link_signalling_bytes_per_s=H100_SIGNALLING_PER_LINK,
+                   nvlink_signalling_max_bytes_per_s=H100_LINKS * H100_SIGNALLING_PER_LINK)
+    return Inventory(host=HostInfo("node", 8, 2**36), gpus=(info,))
+
+
+def test_the_readings_this_release_adds_are_served_with_their_values() -> None:
+    """Each new reading reaches the JSON unchanged, and the two NVLink maxima and two power limits stay apart."""
+    sample = GpuSample(
+        0, power_w=350.0, power_limit_w=600.0, power_management_limit_w=700.0,
+        encoder_utilization_pct=12.0, decoder_utilization_pct=34.0,
+        gpm_fp64_active_pct=1.5, gpm_fp32_active_pct=22.5, gpm_fp16_active_pct=3.25,
+        violation_power_ns=1_000_000_001, violation_thermal_ns=2_000_000_002, violation_sync_boost_ns=3,
+        violation_board_limit_ns=4, violation_low_utilization_ns=5, violation_reliability_ns=6,
+        nvlink_crc_flit_errors=7, nvlink_crc_data_errors=8, nvlink_replay_errors=9, nvlink_recovery_errors=10,
+        pcie_generation_current=4, pcie_width_current=8)
+    store = Store(_h100_inventory())
+    store.append(Snapshot(1000.0, (sample,), HostSample()))
+    (gpu,) = snapshot_json(store, now=lambda: 1000.5)["gpus"]
+    assert (gpu["power_enforced_limit_w"], gpu["power_limit_w"], gpu["power_management_limit_w"]) == (
+        600.0, 600.0, 700.0)
+    assert (gpu["encoder_utilization_pct"], gpu["decoder_utilization_pct"]) == (12.0, 34.0)
+    assert (gpu["gpm_fp64_active_pct"], gpu["gpm_fp32_active_pct"], gpu["gpm_fp16_active_pct"]) == (1.5, 22.5, 3.25)
+    assert [gpu[f"violation_{name}_ns"] for name in (
+        "power", "thermal", "sync_boost", "board_limit", "low_utilization", "reliability")] == [
+        1_000_000_001, 2_000_000_002, 3, 4, 5, 6]
+    assert [gpu[f"nvlink_{name}_errors"] for name in ("crc_flit", "crc_data", "replay", "recovery")] == [7, 8, 9, 10]
+    assert gpu["nvlink_data_max_bytes_per_s"] == gpu["nvlink_max_bytes_per_s"] == 450e9
+    assert gpu["nvlink_signalling_max_bytes_per_s"] == pytest.approx(478.125e9)
+    assert gpu["nvlink_link_data_bytes_per_s"] == gpu["nvlink_link_bytes_per_s"] == 25e9
+    assert gpu["nvlink_link_signalling_bytes_per_s"] == 26.5625e9
+    assert (gpu["pcie_generation_max"], gpu["pcie_generation_current"]) == (5, 4)
+    assert (gpu["pcie_width_max"], gpu["pcie_width_current"]) == (16, 8)
+
+
+def test_before_the_first_reading_the_new_fields_are_null() -> None:
+    (gpu,) = snapshot_json(Store(_h100_inventory()), now=lambda: 0.0)["gpus"]
+    assert gpu["reading"] is False
+    assert gpu["power_enforced_limit_w"] is None
+    assert gpu["violation_power_ns"] is None
+    assert gpu["pcie_width_max"] == 16, "a maximum is the GPU's, known before any reading"
 
 
 def test_unsupported_readings_are_null_not_zero() -> None:

@@ -46,7 +46,9 @@ GiB = 1024**3
 NAN = math.nan
 
 HOST = HostInfo(hostname="node", cpu_count=16, memory_total_bytes=64 * GiB)
-H100 = GpuInfo(0, "NVIDIA H100 80GB HBM3", "GPU-0", 80 * GiB, 5, 16, 63e9, 18, 450e9)
+H100 = GpuInfo(0, "NVIDIA H100 80GB HBM3", "GPU-0", 80 * GiB, 5, 16, 63e9, 18, 450e9,
+               nvlink_signalling_max_bytes_per_s=18 * 26.5625e9)
+"""NVLink 4: 18 links of 25 GB/s data per direction; the driver's speed field says 26.5625 GB/s (signalling)."""
 A100 = GpuInfo(1, "NVIDIA A100-SXM4-40GB", "GPU-1", 40 * GiB, 4, 16, 31.5e9, 12, 300e9)
 L4 = GpuInfo(2, "NVIDIA L4", "GPU-2", 24 * GiB, 4, 16, 31.5e9, 0, None)
 INVENTORY = Inventory(host=HOST, gpus=(H100, A100, L4), driver_version="550.54")
@@ -337,13 +339,21 @@ def test_pcie_throughput_is_measured_against_each_gpus_link_maximum() -> None:
 
 
 def test_nvlink_throughput_shows_only_gpus_with_nvlink() -> None:
-    _, source = built(nvlink_throughput.build, make_ctx())
+    doc, source = built(nvlink_throughput.build, make_ctx())
     assert values(source, "gpu") == ["GPU 0", "GPU 1"]
     assert_floats(values(source, "tx"), [90e9, 150e9])
     assert_floats(values(source, "rx"), [45e9, NAN])
     assert_floats(values(source, "max"), [450e9, 300e9])
-    assert values(source, "tx_text") == ["90.0 GB/s of 450.0 GB/s (20 %)", "150.0 GB/s of 300.0 GB/s (50 %)"]
+    # Percentages are of the data rate, and say so; the hover names the signalling rate beside it where known.
+    assert values(source, "tx_text") == ["90.0 GB/s of 450.0 GB/s data rate (20 %)",
+                                         "150.0 GB/s of 300.0 GB/s data rate (50 %)"]
     assert values(source, "rx_text")[1] == "n/a"
+    assert values(source, "max_text") == ["450.0 GB/s data rate per direction (signalling 478.1 GB/s)",
+                                          "300.0 GB/s data rate per direction"]
+    assert values(source, "tx_peak_text")[0] == "90.0 GB/s of 450.0 GB/s data rate (20 %)"
+    (plot,) = models(doc, Plot)
+    assert "NVLink data rate" in str(getattr(plot.title, "text", ""))
+    assert "NVLink data rate" in legend_labels(doc)
 
 
 # --- timelines ------------------------------------------------------------------------------------------

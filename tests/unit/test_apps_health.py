@@ -304,11 +304,61 @@ def test_details_backfills_the_first_gpu_against_its_limits() -> None:
     assert_floats(source.data["reason/0x8"], [NAN, 3.0, NAN])
     assert_floats(source.data["reason/0x1"], [NAN, NAN, NAN])
     plots = plots_by_title(doc)
-    assert sorted(plots) == ["Clock event reasons", "Clocks", "GPM activity", "Power", "Temperature"]
+    assert sorted(plots) == ["Clock event reasons", "Clocks", "GPM activity", "Power", "Temperature", "Video engines"]
     assert plots["GPM activity"].visible
+    assert not plots["Video engines"].visible, "no encoder or decoder figure: the plot is not shown"
     header = next(text for text in div_texts(doc) if "GPU 0" in text)
-    assert "P0 · 62 °C · 500 W of 700 W · SM 1980 MHz" in plain(header)
+    assert "P0 · 62 °C · 500 W of 700 W enforced · SM 1980 MHz" in plain(header)
     assert "clock events: SW power cap" in plain(header)
+    assert "held back" not in plain(header), "no violation counter: nothing said about it"
+
+
+def _video_and_throttle_rows() -> tuple[Snapshot, ...]:
+    """Seven readings 10 s apart (60 s) of an H100 whose power cap held its clocks 2.5 s in every 10 s (25 %),
+    thermal slowdown 0.3 s (3 %), sync boost never; whose reliability counter fell (a driver reload); and whose
+    board-limit counter is not read."""
+    return tuple(
+        Snapshot(1000.0 + 10 * i, (h100(1000.0 + 10 * i, power_limit_w=600.0, power_management_limit_w=700.0,
+                                        encoder_utilization_pct=12.0 + i, decoder_utilization_pct=34.0,
+                                        gpm_fp64_active_pct=1.0, gpm_fp32_active_pct=22.0, gpm_fp16_active_pct=3.0,
+                                        violation_power_ns=7_000_000_000 + 2_500_000_000 * i,
+                                        violation_thermal_ns=300_000_000 * i, violation_sync_boost_ns=42,
+                                        violation_low_utilization_ns=5_000_000_000,
+                                        violation_reliability_ns=9_000_000_000 - i),
+                         a100(), GpuSample(2)), HostSample())
+        for i in range(7))
+
+
+def test_details_shows_both_power_limits_the_video_engines_the_fp_pipes_and_held_back_clocks() -> None:
+    doc, source = details_doc(make_ctx(rows=_video_and_throttle_rows()))
+    assert_floats(source.data["power_limit"], [600.0] * 7)
+    assert_floats(source.data["power_requested"], [700.0] * 7)
+    assert_floats(source.data["encoder"], [12.0 + i for i in range(7)])
+    assert_floats(source.data["decoder"], [34.0] * 7)
+    assert_floats(source.data["gpm_fp64"], [1.0] * 7)
+    assert_floats(source.data["gpm_fp32"], [22.0] * 7)
+    assert_floats(source.data["gpm_fp16"], [3.0] * 7)
+    plots = plots_by_title(doc)
+    assert plots["Video engines"].visible
+    header = plain(next(text for text in div_texts(doc) if "GPU 0" in text))
+    assert "500 W of 600 W enforced (700 W requested)" in header
+    assert "video encoder 18 % · decoder 34 %" in header
+    assert "clocks held back in the last 60 s: power cap 25 % · thermal 3 %" in header
+    # Switching to a GPU that reports no video engine hides the plot.
+    (select,) = models(doc, Select)
+    select.value = "1"
+    assert not plots["Video engines"].visible
+
+
+def test_held_back_shares_are_counter_rises_over_the_time_between_readings() -> None:
+    span, shares = gpu_details.held_back_shares(_video_and_throttle_rows(), 0)
+    assert span == 60.0
+    assert dict(shares) == pytest.approx({"power cap": 25.0, "thermal": 3.0, "sync boost": 0.0,
+                                          "low utilization": 0.0})
+    assert gpu_details.held_back_shares(_video_and_throttle_rows()[:1], 0) == (0.0, [])
+    assert gpu_details.held_back_text(60.0, [("sync boost", 0.0), ("thermal", 0.2)]) == (
+        "clocks held back in the last 60 s: never")
+    assert gpu_details.held_back_text(0.0, []) == ""
 
 
 def test_details_switches_gpu_with_the_selector_and_refills_the_same_renderers() -> None:

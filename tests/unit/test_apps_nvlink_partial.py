@@ -19,5 +19,6 @@ def test_partial_nvlink_reading_is_labelled_partial() -> None:
     ctx.store.append(partial_row)
     tick(doc)
     assert values(source, "note") == ["partial", ""]
-    assert values(source, "tx_text")[0] == "200.0 GB/s of 450.0 GB/s (44 %) (partial: some links did not answer)"
-    assert values(source, "tx_text")[1] == "1.0 GB/s of 300.0 GB/s (0 %)"
+    assert values(source, "tx_text")[0] == (
+        "200.0 GB/s of 450.0 GB/s data rate (44 %) (partial: some links did not answer)")
+    assert values(source, "tx_text")[1] == "1.0 GB/s of 300.0 GB/s data rate (0 %)"

@@ -140,6 +140,73 @@ def test_export_import_export_is_identical(tmp_path: Path) -> None:
         "0x0000000000000004, [N/A]")
 
 
+NEW_READING_FIELDS = ("timestamp,index,power.limit,enforced.power.limit,utilization.encoder,utilization.decoder,"
+                      "nvdash.gpm.fp64_active,nvdash.gpm.fp32_active,nvdash.gpm.fp16_active,"
+                      "nvdash.violation_time.power,nvdash.violation_time.thermal,nvdash.violation_time.sync_boost,"
+                      "nvdash.violation_time.board_limit,nvdash.violation_time.low_utilization,"
+                      "nvdash.violation_time.reliability,nvdash.nvlink.errors.crc_flit,nvdash.nvlink.errors.crc_data,"
+                      "nvdash.nvlink.errors.replay,nvdash.nvlink.errors.recovery")
+NEW_COLUMNS = ("power_management_limit_w", "power_limit_w", "encoder_utilization_pct", "decoder_utilization_pct",
+               "gpm_fp64_active_pct", "gpm_fp32_active_pct", "gpm_fp16_active_pct", "violation_power_ns",
+               "violation_thermal_ns", "violation_sync_boost_ns", "violation_board_limit_ns",
+               "violation_low_utilization_ns", "violation_reliability_ns", "nvlink_crc_flit_errors",
+               "nvlink_crc_data_errors", "nvlink_replay_errors", "nvlink_recovery_errors")
+
+
+def _new_readings(i: int) -> GpuSample:
+    """Every reading this release adds, each a different value (a counter rising), the GPM pipes unknown at i=1."""
+    return GpuSample(
+        index=0, power_limit_w=400.0, power_management_limit_w=700.0,
+        encoder_utilization_pct=10.0 + i, decoder_utilization_pct=20.0 + i,
+        gpm_fp64_active_pct=None if i == 1 else 1.0 + i, gpm_fp32_active_pct=None if i == 1 else 30.0 + i,
+        gpm_fp16_active_pct=None if i == 1 else 5.0 + i,
+        violation_power_ns=1_500_000_000_123 + 250_000_000 * i, violation_thermal_ns=7_000_000 * i,
+        violation_sync_boost_ns=0, violation_board_limit_ns=3 + i, violation_low_utilization_ns=4_000_000_000 + i,
+        violation_reliability_ns=5, nvlink_crc_flit_errors=11 + i, nvlink_crc_data_errors=12,
+        nvlink_replay_errors=13 + 2 * i, nvlink_recovery_errors=0)
+
+
+def test_the_new_readings_go_out_and_come_back_unchanged(tmp_path: Path) -> None:
+    recorded, imported = tmp_path / "recorded.sqlite", tmp_path / "imported.sqlite"
+    write(recorded, [Snapshot(T0 + i, gpus=(_new_readings(i),), host=HostSample()) for i in range(3)],
+          gpus=1, interval_s=1.0)
+    chosen = TimeRange(T0 - 60, T0 + 60, "custom")
+
+    first = export(recorded, chosen, NEW_READING_FIELDS)
+    added, _present, parsed = import_log(imported, first, "import:new.csv")
+    second = export(imported, chosen, NEW_READING_FIELDS)
+
+    assert parsed.errors == []
+    assert parsed.ignored_fields == []
+    assert added == 3
+    assert "\n".join(second) == "\n".join(first)
+    assert first[0].split(", ")[2:5] == ["power.limit [W]", "enforced.power.limit [W]", "utilization.encoder [%]"]
+    assert "nvdash.violation_time.power [ns]" in first[0]
+    assert first[2].split(", ")[2:] == [
+        "700.00 W", "400.00 W", "11 %", "21 %", "[N/A]", "[N/A]", "[N/A]", "1500250000123 ns", "7000000 ns",
+        "0 ns", "4 ns", "4000000001 ns", "5 ns", "12", "12", "15", "0"]
+    assert rows(imported, f"SELECT {', '.join(NEW_COLUMNS)} FROM gpu_raw ORDER BY t") == [
+        (700.0, 400.0, 10.0 + i, 20.0 + i, None if i == 1 else 1.0 + i, None if i == 1 else 30.0 + i,
+         None if i == 1 else 5.0 + i, 1_500_000_000_123 + 250_000_000 * i, 7_000_000 * i, 0, 3 + i,
+         4_000_000_000 + i, 5, 11 + i, 12, 13 + 2 * i, 0)
+        for i in range(3)]
+
+
+def test_a_log_without_the_new_fields_imports_with_them_unknown(tmp_path: Path) -> None:
+    """A log nvidia-smi (or an older nvdash) wrote: the readings it has land, the others are unknown, not zero."""
+    path = tmp_path / "history.sqlite"
+    log = ["timestamp, index, utilization.gpu [%], power.draw [W], enforced.power.limit [W]",
+           "2024/01/15 10:23:45.123, 0, 97 %, 512.34 W, 700.00 W"]
+    added, _present, parsed = import_log(path, log, "import:old.csv")
+    assert (added, parsed.errors) == (1, [])
+    ((utilization, power, requested, enforced, *new),) = rows(
+        path, f"SELECT utilization_pct, power_w, {', '.join(NEW_COLUMNS)} FROM gpu_raw")
+    assert (utilization, power, requested, enforced) == (97.0, 512.34, None, 700.0)
+    assert new == [None] * (len(NEW_COLUMNS) - 2)
+    (exported,) = export(path, TimeRange(0, 2e9, "custom"), NEW_READING_FIELDS, layout="csv,noheader")
+    assert exported.split(", ")[2:] == ["[N/A]", "700.00 W", *["[N/A]"] * (len(NEW_COLUMNS) - 2)]
+
+
 def test_the_same_log_imported_twice_adds_nothing_the_second_time(tmp_path: Path) -> None:
     path = tmp_path / "history.sqlite"
     log = [

@@ -222,12 +222,14 @@ def test_fields_nvdash_does_not_keep_or_derives_are_not_imported() -> None:
                           "memory_used_bytes": 4 * MIB}
 
 
-def test_the_enforced_limit_wins_over_the_software_limit_and_old_field_names_read() -> None:
+def test_the_enforced_and_the_requested_limit_stay_apart_and_old_field_names_read() -> None:
+    # nvidia-smi: enforced.power.limit is the ceiling the power manager applies (the lowest of the limiters),
+    # power.limit the software (management) limit that was set; a board cap can hold the first below the second.
     both = ["timestamp, index, power.limit [W], enforced.power.limit [W]",
             "2024/01/15 10:23:45.123, 0, 700.00 W, 400.00 W"]
     only_software = ["timestamp, index, power.limit [W]", "2024/01/15 10:23:45.123, 0, 700.00 W"]
-    assert parse_csv(both, tz=UTC).rows[0].values == {"power_limit_w": 400.0}
-    assert parse_csv(only_software, tz=UTC).rows[0].values == {"power_limit_w": 700.0}
+    assert parse_csv(both, tz=UTC).rows[0].values == {"power_management_limit_w": 700.0, "power_limit_w": 400.0}
+    assert parse_csv(only_software, tz=UTC).rows[0].values == {"power_management_limit_w": 700.0}
 
     # Drivers before 530 name the mask clocks_throttle_reasons; a link width may carry nvidia-smi -q's "x".
     old = ["timestamp, index, clocks_throttle_reasons.active, pcie.link.width.current, retired_pages.sbe",
