@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.metrics_core import Metric
 
+from nvdash.metrics.compat import Naming
 from nvdash.metrics.counters import Counter
 from nvdash.metrics.fields import (
     ACCOUNTING_FAMILIES,
@@ -162,6 +163,9 @@ class ExportOptions:
     """Export the per-process families (``--metrics-processes``)."""
     job_label: bool = False
     """Label every series of a GPU or instance with its owners, :data:`JOB_LABEL` (``--metrics-job-label``)."""
+    naming: Naming = field(default_factory=Naming)
+    """The dcgm-exporter version whose family and label names (and units) the scrape uses
+    (``--metrics-compat``); the default is 4.8's."""
     stale_after_s: float | None = None
     """A live server's bound: GPU readings older than this are not exported, and the newest sweep's and process
     reading's times are (``None``: a replay or a test, every reading exported as it is)."""
@@ -309,7 +313,11 @@ class StoreCollector:
     # Families
 
     def collect(self) -> Iterator[Metric]:
-        """One family per exported name: a sample per GPU (and instance, allocation, process) that reads it."""
+        """One family per exported name: a sample per GPU (and instance, allocation, process) that reads it, under
+        the options' naming."""
+        return self.options.naming.families(self._collect())
+
+    def _collect(self) -> Iterator[Metric]:
         newest: Snapshot | None = self.store.latest()
         scrape = self._scrape(self._fresh(newest))
         pods: dict[str, Metric] | None = None
