@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from nvdash.history.ranges import RangeError, parse_duration
 from nvdash.metrics.collector import GPU_LABELS, LABEL_FIELDS
+from nvdash.metrics.compat import COMPAT_VERSIONS, DEFAULT_COMPAT
 from nvdash.sampling.sampler import MIN_INTERVAL_S
 from nvdash.server.access import host_of
 from nvdash.settings import Settings
@@ -141,6 +142,9 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
                         help="label /metrics series with the namespace, pod and container using each GPU")
     parser.add_argument("--metrics-processes", action="store_true",
                         help="export per-process families on /metrics (one series per GPU process)")
+    parser.add_argument("--metrics-compat", default=DEFAULT_COMPAT, choices=COMPAT_VERSIONS,
+                        help="whose names /metrics uses: dcgm-exporter 4.8's (default) or 4.9's (renamed "
+                        "families in DCGM 4.7's units, and the hostname label)")
     parser.add_argument("--prometheus", default=None, metavar="URL",
                         help="a Prometheus-API endpoint (Prometheus, Thanos Query, Mimir): adds the cluster dashboards")
     parser.add_argument(
@@ -363,6 +367,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         metrics_token=_metrics_token(args.metrics_token, args.metrics_token_file, environ),
         metrics_pods=args.metrics_pods,
         metrics_processes=args.metrics_processes,
+        metrics_compat=args.metrics_compat,
         prometheus_url=_prometheus_url(args.prometheus),
         host=args.host,
         port=_port(args.port),

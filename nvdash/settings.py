@@ -68,6 +68,8 @@ class Settings:
     """Whether ``/metrics`` labels series with the ``namespace``, ``pod`` and ``container`` using each GPU."""
     metrics_processes: bool = False
     """Whether ``/metrics`` exports per-process families (one series per GPU process: high cardinality)."""
+    metrics_compat: str = "4.8"
+    """Whose family and label names ``/metrics`` uses: dcgm-exporter ``"4.8"``'s or ``"4.9"``'s."""
     prometheus_url: str | None = None
     """A Prometheus-API endpoint (Prometheus, Thanos Query, Mimir) for the cluster dashboards; ``None``: none."""
     job_mapping_dir: str | None = None

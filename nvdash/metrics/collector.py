@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.metrics_core import Metric
 
-from nvdash.health.xid import xid_info
+from nvdash.metrics.compat import Naming
 from nvdash.metrics.counters import Counter
 from nvdash.metrics.fields import (
     ACCOUNTING_FAMILIES,
@@ -43,6 +43,7 @@ from nvdash.metrics.fields import (
     GpuView,
     MigView,
 )
+from nvdash.metrics.xid_names import xid_err_msg
 from nvdash.sampling.records import GpuEvent, GpuInfo, Snapshot
 from nvdash.sampling.usage_records import GpuProcess, MigInstance, PodDevice, Usage
 from nvdash.store import Store
@@ -67,7 +68,6 @@ ALLOCATION_LABELS = ("resource", "sharing")
 KEPT_LABELS = (*MIG_LABELS, *POD_LABELS, *PROCESS_LABELS, *ALLOCATION_LABELS, "err_code", "err_msg")
 """Labels that tell the series of one GPU apart: always written (leaving one off would make series collide)."""
 XID_FAMILY = "DCGM_FI_DEV_XID_ERRORS"
-NO_ERROR = "No Error"
 ALLOCATED_FAMILY, IDLE_FAMILY = POD_FAMILIES
 MEMORY_FAMILY, SM_FAMILY = PROCESS_FAMILIES
 (IDLE_SECONDS_FAMILY,) = ACCOUNTING_FAMILIES
@@ -87,8 +87,9 @@ def unknown_fields(counters: Sequence[Counter]) -> list[str]:
 
 
 def xid_labels(code: int) -> dict[str, str]:
-    """``err_code`` and ``err_msg`` of the XID family's sample, as dcgm-exporter adds them (0: no error)."""
-    return {"err_code": str(code), "err_msg": NO_ERROR if code == 0 else xid_info(code).meaning}
+    """``err_code`` and ``err_msg`` of the XID family's sample, as dcgm-exporter adds them, in its words (0: no
+    error)."""
+    return {"err_code": str(code), "err_msg": xid_err_msg(code)}
 
 
 def last_xids(events: Sequence[GpuEvent]) -> dict[int, int]:
@@ -162,6 +163,9 @@ class ExportOptions:
     """Export the per-process families (``--metrics-processes``)."""
     job_label: bool = False
     """Label every series of a GPU or instance with its owners, :data:`JOB_LABEL` (``--metrics-job-label``)."""
+    naming: Naming = field(default_factory=Naming)
+    """The dcgm-exporter version whose family and label names (and units) the scrape uses
+    (``--metrics-compat``); the default is 4.8's."""
     stale_after_s: float | None = None
     """A live server's bound: GPU readings older than this are not exported, and the newest sweep's and process
     reading's times are (``None``: a replay or a test, every reading exported as it is)."""
@@ -309,7 +313,11 @@ class StoreCollector:
     # Families
 
     def collect(self) -> Iterator[Metric]:
-        """One family per exported name: a sample per GPU (and instance, allocation, process) that reads it."""
+        """One family per exported name: a sample per GPU (and instance, allocation, process) that reads it, under
+        the options' naming."""
+        return self.options.naming.families(self._collect())
+
+    def _collect(self) -> Iterator[Metric]:
         newest: Snapshot | None = self.store.latest()
         scrape = self._scrape(self._fresh(newest))
         pods: dict[str, Metric] | None = None

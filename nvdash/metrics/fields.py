@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nvdash.sampling.records import GpuInfo, GpuSample
+from nvdash.sampling.records import GpuInfo, GpuSample, NvLinkSample
 
 MIB = 1024 * 1024
 
@@ -69,10 +69,57 @@ def _nvlink_bandwidth_total(view: GpuView) -> float | None:
     return None if total is None else total / NVLINK_BANDWIDTH_UNIT_BYTES_PER_S
 
 
+NVLINK_LINKS = 18
+"""Links DCGM has per-link fields for: ``_L0`` to ``_L17``."""
+LinkCounter = Callable[[NvLinkSample], int | None]
+SumCounter = Callable[[GpuSample], int | None]
+NVLINK_ERRORS: dict[str, tuple[LinkCounter, SumCounter]] = {
+    "CRC_FLIT": (lambda link: link.crc_flit_errors, lambda sample: sample.nvlink_crc_flit_errors),
+    "CRC_DATA": (lambda link: link.crc_data_errors, lambda sample: sample.nvlink_crc_data_errors),
+    "REPLAY": (lambda link: link.replay_errors, lambda sample: sample.nvlink_replay_errors),
+    "RECOVERY": (lambda link: link.recovery_errors, lambda sample: sample.nvlink_recovery_errors),
+}
+"""DCGM's name part for each NVLink error counter -> the counter on one link, and the sum over the links."""
+
+
+def _link_counter(link: int, counter: LinkCounter) -> Reader:
+    """One link's error counter; absent when the GPU has no such link or the driver did not answer for it."""
+
+    def read(view: GpuView) -> float | None:
+        for sample in view.sample.nvlinks:
+            if sample.link == link:
+                return _count(counter(sample))
+        return None
+
+    return read
+
+
+def _sum_counter(counter: SumCounter) -> Reader:
+    return lambda view: _count(counter(view.sample))
+
+
+def _nvlink_error_fields() -> dict[str, Reader]:
+    """DCGM's NVLink error counters: the sum over the links (``..._COUNT_TOTAL``) and, as dcgm-exporter exposes a
+    GPU's per-link fields, one family per link (``..._COUNT_L0`` to ``_L17``), not a link label."""
+    fields: dict[str, Reader] = {}
+    for kind, (_, total) in NVLINK_ERRORS.items():
+        fields[f"DCGM_FI_DEV_NVLINK_{kind}_ERROR_COUNT_TOTAL"] = _sum_counter(total)
+    for kind, (counter, _) in NVLINK_ERRORS.items():
+        for link in range(NVLINK_LINKS):
+            fields[f"DCGM_FI_DEV_NVLINK_{kind}_ERROR_COUNT_L{link}"] = _link_counter(link, counter)
+    return fields
+
+
+def _count(value: int | None) -> float | None:
+    return None if value is None else float(value)
+
+
 FIELDS: dict[str, Reader] = {
     # Utilization and memory (framebuffer sizes in MiB, as DCGM reports them).
     "DCGM_FI_DEV_GPU_UTIL": lambda v: v.sample.utilization_pct,
     "DCGM_FI_DEV_MEM_COPY_UTIL": lambda v: v.sample.memory_utilization_pct,
+    "DCGM_FI_DEV_ENC_UTIL": lambda v: v.sample.encoder_utilization_pct,
+    "DCGM_FI_DEV_DEC_UTIL": lambda v: v.sample.decoder_utilization_pct,
     "DCGM_FI_DEV_FB_USED": lambda v: _mib(v.sample.memory_used_bytes),
     "DCGM_FI_DEV_FB_FREE": _free_mib,
     "DCGM_FI_DEV_FB_RESERVED": lambda v: _mib(v.sample.memory_reserved_bytes),
@@ -83,7 +130,10 @@ FIELDS: dict[str, Reader] = {
     "DCGM_FI_DEV_SLOWDOWN_TEMP": lambda v: v.info.temperature_slowdown_c,
     "DCGM_FI_DEV_SHUTDOWN_TEMP": lambda v: v.info.temperature_shutdown_c,
     "DCGM_FI_DEV_POWER_USAGE": lambda v: v.sample.power_w,
-    "DCGM_FI_DEV_POWER_MGMT_LIMIT": lambda v: v.sample.power_limit_w,
+    # The limit requested through power management (nvmlDeviceGetPowerManagementLimit), and the one the driver
+    # enforces (nvmlDeviceGetEnforcedPowerLimit): the lowest of that and any other cap, so it can be below it.
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": lambda v: v.sample.power_management_limit_w,
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": lambda v: v.sample.power_limit_w,
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": lambda v: v.sample.energy_mj,
     "DCGM_FI_DEV_FAN_SPEED": lambda v: v.sample.fan_speed_pct,
     "DCGM_FI_DEV_PSTATE": lambda v: v.sample.pstate,
@@ -107,6 +157,14 @@ FIELDS: dict[str, Reader] = {
     "DCGM_FI_DEV_ROW_REMAP_PENDING": lambda v: _flag(v.sample.remap_pending),
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda v: _flag(v.sample.remap_failure),
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": lambda v: v.sample.pcie_replay_count,
+    # Time the clocks were held down, per reason: NVML's cumulative violationTime, in ns as DCGM passes it on
+    # (dcgm_fields.h: "Power Violation time in ns"; DCGM reads NVML_FI_DEV_PERF_POLICY_*).
+    "DCGM_FI_DEV_POWER_VIOLATION": lambda v: _count(v.sample.violation_power_ns),
+    "DCGM_FI_DEV_THERMAL_VIOLATION": lambda v: _count(v.sample.violation_thermal_ns),
+    "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": lambda v: _count(v.sample.violation_sync_boost_ns),
+    "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": lambda v: _count(v.sample.violation_board_limit_ns),
+    "DCGM_FI_DEV_LOW_UTIL_VIOLATION": lambda v: _count(v.sample.violation_low_utilization_ns),
+    "DCGM_FI_DEV_RELIABILITY_VIOLATION": lambda v: _count(v.sample.violation_reliability_ns),
     "DCGM_FI_DEV_PCIE_LINK_GEN": lambda v: v.sample.pcie_generation_current,
     "DCGM_FI_DEV_PCIE_LINK_WIDTH": lambda v: v.sample.pcie_width_current,
     "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": lambda v: v.info.pcie_generation,
@@ -121,6 +179,11 @@ FIELDS: dict[str, Reader] = {
     "DCGM_FI_PROF_SM_OCCUPANCY": lambda v: _ratio(v.sample.gpm_sm_occupancy_pct),
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": lambda v: _ratio(v.sample.gpm_tensor_active_pct),
     "DCGM_FI_PROF_DRAM_ACTIVE": lambda v: _ratio(v.sample.gpm_dram_active_pct),
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": lambda v: _ratio(v.sample.gpm_fp64_active_pct),
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": lambda v: _ratio(v.sample.gpm_fp32_active_pct),
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": lambda v: _ratio(v.sample.gpm_fp16_active_pct),
+    # NVLink error counters: over all links, and per link.
+    **_nvlink_error_fields(),
     # What DCGM has no name for, in base units.
     "nvdash_pcie_transmit_bytes_per_second": lambda v: v.sample.pcie_tx_bytes_per_s,
     "nvdash_pcie_receive_bytes_per_second": lambda v: v.sample.pcie_rx_bytes_per_s,

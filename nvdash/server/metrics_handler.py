@@ -21,6 +21,7 @@ from tornado.web import RequestHandler
 
 from nvdash.freshness import stale_after
 from nvdash.metrics.collector import GPU_LABELS, LABEL_FIELDS, ExportOptions, StoreCollector, unknown_fields
+from nvdash.metrics.compat import naming
 from nvdash.metrics.counters import Counter, default_counters, load_counters
 from nvdash.metrics.exposition import TEXT_CONTENT_TYPE, text_format
 from nvdash.server.access import same_secret, token_from_authorization
@@ -59,7 +60,7 @@ def metrics_setup(settings: Settings, hostname: str) -> tuple[MetricsSetup, list
     stale_after_s = None if settings.replay is not None else stale_after(settings.interval_s)
     options = ExportOptions(hostname=settings.hostname or hostname, drop_labels=drop, pods=settings.metrics_pods,
                             processes=settings.metrics_processes, job_label=settings.metrics_job_label,
-                            stale_after_s=stale_after_s)
+                            naming=naming(settings.metrics_compat), stale_after_s=stale_after_s)
     return MetricsSetup(tuple(counters), options), unknown_fields(counters)
 
 

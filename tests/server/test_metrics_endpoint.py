@@ -84,13 +84,14 @@ def test_metrics_for_every_gpu_in_dcgm_exporters_names(tmp_path: Path) -> None:
 def test_token_labels_and_counters_file(tmp_path: Path) -> None:
     counters = tmp_path / "counters.csv"
     counters.write_text("# mine\nDCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
-                        "DCGM_FI_DEV_ENC_UTIL, gauge, Encoder utilization (in %).\n")
+                        "DCGM_FI_DEV_VGPU_LICENSE_STATUS, gauge, vGPU License status\n")
     token = tmp_path / "token"
     token.write_text("s3cret\n")
     args = [*FAST, "--metrics-counters", str(counters), "--metrics-labels", "gpu,Hostname",
             "--metrics-token-file", str(token)]
     with nvdash_server(args) as server:
-        assert "the counters file names fields nvdash does not read, left out: DCGM_FI_DEV_ENC_UTIL" in server.output()
+        assert ("the counters file names fields nvdash does not read, left out: DCGM_FI_DEV_VGPU_LICENSE_STATUS"
+                in server.output())
         status, _, headers = scrape(server.url)
         assert status == 401
         assert headers["www-authenticate"].startswith("Bearer")
@@ -121,3 +122,29 @@ def test_a_bad_counters_file_is_one_line(tmp_path: Path) -> None:
         lines = process.stderr.strip().splitlines()
         assert len(lines) == 1, process.stderr
         assert message in lines[0]
+
+
+def test_metrics_in_dcgm_exporter_4_9s_names() -> None:
+    with nvdash_server([*FAST, "--hostname", "gpu-node-7", "--metrics-compat", "4.9"]) as server:
+        def read() -> dict[str, list[tuple[dict[str, str], float]]]:
+            status, text, _ = scrape(server.url)
+            assert status == 200
+            return {f.name: [(s.labels, s.value) for s in f.samples] for f in parse_text(text)}
+
+        found = wait_for(read, lambda f: len(f.get("DCGM_FI_DEV_GPU_UTIL_RATIO", [])) == 8, timeout_s=60.0)
+        assert "DCGM_FI_DEV_GPU_UTIL" not in found
+        assert "DCGM_FI_DEV_FB_USED" not in found
+        labels = found["DCGM_FI_DEV_GPU_UTIL_RATIO"][0][0]
+        assert set(labels) == {"gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname",
+                               "DCGM_FI_SYSTEM_DRIVER_VERSION"}
+        assert labels["hostname"] == "gpu-node-7"
+        assert all(0 <= value <= 1 for _, value in found["DCGM_FI_DEV_GPU_UTIL_RATIO"])
+        # Framebuffer sizes are bytes: an H100 80GB holds 81,559 MiB in all.
+        by_gpu = {name: {labels["gpu"]: value for labels, value in found[name]} for name in (
+            "DCGM_FI_DEV_FB_USED_BYTES", "DCGM_FI_DEV_FB_FREE_BYTES", "DCGM_FI_DEV_FB_RESERVED_BYTES",
+            "DCGM_FI_DEV_SM_CLOCK_HERTZ")}
+        for gpu, used in by_gpu["DCGM_FI_DEV_FB_USED_BYTES"].items():
+            total = used + by_gpu["DCGM_FI_DEV_FB_FREE_BYTES"][gpu] + by_gpu["DCGM_FI_DEV_FB_RESERVED_BYTES"][gpu]
+            assert total == 81559 * 1024 * 1024
+        # Clocks in Hz: NVML reports whole MHz.
+        assert all(hz > 0 and hz % 1_000_000 == 0 for hz in by_gpu["DCGM_FI_DEV_SM_CLOCK_HERTZ"].values())

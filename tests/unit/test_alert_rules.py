@@ -4,6 +4,7 @@ test."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from nvdash.metrics.compat import RENAMES_4_9
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"
@@ -111,3 +114,16 @@ def test_every_rule_has_a_firing_and_a_quiet_test(load: Load) -> None:
     assert not names - firing, f"rules without a firing test: {sorted(names - firing)}"
     assert not names - quiet, f"rules without a test where they must not fire: {sorted(names - quiet)}"
     assert not (firing | quiet) - names, f"tests of unknown rules: {sorted((firing | quiet) - names)}"
+
+
+def test_the_header_names_the_families_the_4_9_naming_renames(load: Load) -> None:
+    """The rules read dcgm-exporter 4.8's names; the file's header lists those that --metrics-compat 4.9 renames."""
+    used: set[str] = set()
+    for rule in alert_rules(load):
+        used |= set(re.findall(r"\b(?:DCGM_FI_\w+|nvdash_\w+)\b", rule["expr"]))
+    renamed = sorted(used & set(RENAMES_4_9))
+    assert renamed == ["DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_UTIL",
+                       "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_XID_ERRORS"]
+    header = RULES.read_text(encoding="utf-8").split("groups:", 1)[0]
+    listed = header.split("--metrics-compat 4.9", 1)[1].split("Keep the default naming", 1)[0]
+    assert sorted(set(re.findall(r"DCGM_FI_\w+", listed))) == renamed

@@ -58,7 +58,7 @@ UNITS = {
     "DCGM_FI_DEV_GPU_TEMP": "celsius",
     "DCGM_FI_DEV_MEMORY_TEMP": "celsius",
     "DCGM_FI_DEV_POWER_USAGE": "watt",
-    "DCGM_FI_DEV_POWER_MGMT_LIMIT": "watt",
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": "watt",
     "DCGM_FI_DEV_SM_CLOCK": "rotmhz",
     "DCGM_FI_DEV_MEM_CLOCK": "rotmhz",
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "percentunit",

@@ -26,7 +26,7 @@ DCGM_FI_DEV_FB_FREE,       gauge, Framebuffer memory free (in MiB).
 DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Total energy consumption since boot (in mJ).
 DCGM_FI_DEV_XID_ERRORS,    gauge, Value of the last XID error encountered.
 DCGM_FI_PROF_SM_ACTIVE,    gauge, Ratio of cycles an SM has at least 1 warp assigned.
-DCGM_FI_DEV_ENC_UTIL,      gauge, Encoder utilization (in %).
+DCGM_FI_DEV_VGPU_LICENSE_STATUS, gauge, vGPU License status
 nvdash_pcie_transmit_bytes_per_second, gauge, PCIe transmit rate (bytes per second).
 """
 
@@ -67,7 +67,7 @@ def test_counters_file_in_dcgm_exporters_format() -> None:
         ("DCGM_FI_DEV_GPU_UTIL", "gauge"), ("DCGM_FI_DEV_FB_USED", "gauge"), ("DCGM_FI_DEV_FB_FREE", "gauge"),
         ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter")]
     assert counters[0].help == "GPU utilization (in %)."
-    assert unknown_fields(counters) == ["DCGM_FI_DEV_ENC_UTIL"]
+    assert unknown_fields(counters) == ["DCGM_FI_DEV_VGPU_LICENSE_STATUS"]
     assert unknown_fields(default_counters()) == []
 
 
@@ -98,10 +98,10 @@ def test_the_collector_exports_dcgm_names_units_and_labels() -> None:
     xid_labels = [(labels["err_code"], labels["err_msg"]) for labels, _ in found["DCGM_FI_DEV_XID_ERRORS"]]
     assert xid_labels[1] == ("0", "No Error")
     assert xid_labels[0][0] == "31"
-    assert "page fault" in xid_labels[0][1]  # XID 31: a GPU memory page fault (NVIDIA's XID catalog)
+    assert xid_labels[0][1] == "GPU memory page fault"  # dcgm-exporter's text for XID 31
     assert found["DCGM_FI_PROF_SM_ACTIVE"] == [(labels, 0.42)]  # a ratio, 0 to 1
     assert found["nvdash_pcie_transmit_bytes_per_second"] == [(labels, 1.5e9)]
-    assert "DCGM_FI_DEV_ENC_UTIL" not in found
+    assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS" not in found
     # A counter's TYPE line names the family itself, as dcgm-exporter writes it.
     assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in text
     assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" in text

@@ -141,9 +141,11 @@ def test_the_new_gpu_families_follow_dcgms_units() -> None:
 def test_the_default_file_types_the_rates_as_gauges() -> None:
     kinds = {counter.name: counter.kind for counter in default_counters()}
     for name in ("DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES",
-                 "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "nvdash_pod_gpu_allocated",
+                 "DCGM_FI_PROF_PCIE_RX_BYTES", "nvdash_pod_gpu_allocated",
                  "nvdash_pod_gpu_idle", "nvdash_process_gpu_memory_bytes", "nvdash_process_sm_utilization_ratio"):
         assert kinds[name] == "gauge", name
+    # A rate too, but dcgm-exporter's default file types it a counter, and dashboards built on it expect that.
+    assert kinds["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == "counter"
 
 
 # ---------------------------------------------------------------------------------------------- MIG
