@@ -268,6 +268,7 @@ def test_power_violation_rises_by_the_time_held_at_the_cap(install: Install, clo
     capped_run: list[int] = []
     slot = 0
     while len(capped_run) < 300:
+        assert slot < 20_000, "no 3 s stretch at the power cap in 200 s of work"
         clock.at(10.0 + (slot + 0.5) * SLOT_S)
         if pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle) & pynvml.nvmlClocksEventReasonSwPowerCap:
             capped_run.append(slot)
@@ -367,8 +368,14 @@ def test_nvlink_error_totals_are_absent_without_nvlink_or_answers(clock: FakeClo
         source.open()
         assert all(s.nvlink_crc_flit_errors is None and s.nvlink_recovery_errors is None for s in source.read(5.0))
     for source, fake in open_source("dgx-h100", clock, slow_interval_s=0.0):
-        fake.not_supported("nvmlDeviceGetNvLinkErrorCounter")
         source.open()
+        clock.now += 60
+        assert source.read(5.0)[5].nvlink_crc_flit_errors == sum(
+            pynvml.nvmlDeviceGetNvLinkErrorCounter(_handle(5), link, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT)
+            for link in range(18)
+        )
+        fake.not_supported("nvmlDeviceGetNvLinkErrorCounter")
+        clock.now += 1
         sample = source.read(5.0)[5]
         assert (sample.nvlink_crc_flit_errors, sample.nvlink_replay_errors) == (None, None)
         assert sample.nvlinks, "link states still read"
