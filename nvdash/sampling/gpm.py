@@ -1,4 +1,4 @@
-"""GPU performance metrics (GPM, Hopper and later): graphics engine, SM, tensor and DRAM activity between two samples.
+"""GPU performance metrics (GPM, Hopper and later): graphics engine, SM, tensor, FP pipe and DRAM activity.
 
 NVML computes GPM metrics from two samples taken by ``nvmlGpmSampleGet``; each sweep takes one and asks for the
 metrics over the interval since the previous sweep's. Two sample buffers per GPU are allocated once and reused.
@@ -17,6 +17,9 @@ GPM_METRICS = {
     "gpm_sm_occupancy_pct": 3,  # NVML_GPM_METRIC_SM_OCCUPANCY
     "gpm_tensor_active_pct": 5,  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
     "gpm_dram_active_pct": 10,  # NVML_GPM_METRIC_DRAM_BW_UTIL
+    "gpm_fp64_active_pct": 11,  # NVML_GPM_METRIC_FP64_UTIL
+    "gpm_fp32_active_pct": 12,  # NVML_GPM_METRIC_FP32_UTIL
+    "gpm_fp16_active_pct": 13,  # NVML_GPM_METRIC_FP16_UTIL
 }
 """Sample field -> ``nvmlGpmMetricId_t``; each metric is a percentage, 0.0-100.0."""
 

@@ -38,8 +38,18 @@ NVLINK_ERROR_COUNTERS = {"replay_errors": 0, "recovery_errors": 1, "crc_flit_err
 """NvLinkSample field -> ``nvmlNvLinkErrorCounter_t``."""
 PAGE_RETIREMENT_CAUSES = {"retired_pages_sbe": 0, "retired_pages_dbe": 1}
 """Sample field -> ``nvmlPageRetirementCause_t``."""
+VIOLATION_POLICIES = {
+    "violation_power_ns": 0,  # NVML_PERF_POLICY_POWER
+    "violation_thermal_ns": 1,  # NVML_PERF_POLICY_THERMAL
+    "violation_sync_boost_ns": 2,  # NVML_PERF_POLICY_SYNC_BOOST
+    "violation_board_limit_ns": 3,  # NVML_PERF_POLICY_BOARD_LIMIT
+    "violation_low_utilization_ns": 4,  # NVML_PERF_POLICY_LOW_UTILIZATION
+    "violation_reliability_ns": 5,  # NVML_PERF_POLICY_RELIABILITY
+}
+"""Sample field -> ``nvmlPerfPolicyType_t``."""
 SLOW_INTERVAL_S = 5.0
-"""Seconds between readings of the health counters (ECC, remapped rows, retired pages, NVLink errors)."""
+"""Seconds between readings of the health counters (ECC, remapped rows, retired pages, NVLink errors) and of the
+throttle-time counters and the management power limit."""
 
 
 class DeviceReader:
@@ -74,6 +84,7 @@ class DeviceReader:
         values.update(self._pcie(device))
         if device.info.gpm_supported:
             values.update(self._gpm.read(device))
+        values.update(self._video(device))
         now = self._clock()
         if now >= device.slow_due_s:
             device.slow_due_s = now + self._slow_interval_s
@@ -223,6 +234,35 @@ class DeviceReader:
             values["retired_pages_pending"] = bool(pending) if pending is not None else None
         if device.nvlink_links:
             values["nvlinks"] = tuple(self._link(device, link) for link in device.nvlink_links)
+        values.update(self._slow_readings(device, values.get("nvlinks", ())))
+        return values
+
+    def _video(self, device: Device) -> dict[str, Any]:
+        """Encoder and decoder busy shares: levels over the driver's own sampling period, so read every sweep."""
+        nvml = self._nvml
+        encoder = self._get(device, "encoder_utilization", nvml.nvmlDeviceGetEncoderUtilization)
+        decoder = self._get(device, "decoder_utilization", nvml.nvmlDeviceGetDecoderUtilization)
+        return {
+            "encoder_utilization_pct": float(encoder[0]) if encoder is not None else None,
+            "decoder_utilization_pct": float(decoder[0]) if decoder is not None else None,
+        }
+
+    def _slow_readings(self, device: Device, links: tuple[NvLinkSample, ...]) -> dict[str, Any]:
+        """The management power limit, throttle-time counters and NVLink error totals, at the slow cadence.
+
+        The violation times are cumulative counters: reading them every few seconds loses nothing (a rate over
+        any longer window is exact), and the sweep's clock event reasons already say what holds the clocks now.
+        The management limit changes only when someone sets it.
+        """
+        nvml = self._nvml
+        limit_mw = self._get(device, "power_management_limit", nvml.nvmlDeviceGetPowerManagementLimit)
+        values: dict[str, Any] = {"power_management_limit_w": limit_mw / 1000.0 if limit_mw is not None else None}
+        for name, policy in VIOLATION_POLICIES.items():
+            status = self._get(device, name, nvml.nvmlDeviceGetViolationStatus, policy)
+            values[name] = int(status.violationTime) if status is not None else None
+        for name in NVLINK_ERROR_COUNTERS:
+            counts = [count for link in links if (count := getattr(link, name)) is not None]
+            values[f"nvlink_{name}"] = sum(counts) if counts else None
         return values
 
     def _link(self, device: Device, link: int) -> NvLinkSample:

@@ -81,6 +81,8 @@ STATIC = {
         (96, 93, None, 85), (70_000, 60_000, 70_000), (1590, 1590, 5001, 1470),
     ),
 }  # fmt: skip
+POWER_CAPS_MW = {("dgx-a100", 2): 300_000}
+"""(profile, GPU) -> the out-of-band cap the scenario puts below the management limit."""
 THRESHOLDS = (
     pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,
     pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
@@ -115,7 +117,8 @@ def test_static_properties_follow_the_model(install: Install, profile: str) -> N
         assert pynvml.nvmlDeviceGetPowerManagementDefaultLimit(h) == default
         assert pynvml.nvmlDeviceGetPowerManagementLimitConstraints(h) == [low, high]
         assert pynvml.nvmlDeviceGetPowerManagementLimit(h) == default
-        assert pynvml.nvmlDeviceGetEnforcedPowerLimit(h) == default
+        # nvml.h: the enforced limit takes every limiter into account, so it is the lower of the two.
+        assert pynvml.nvmlDeviceGetEnforcedPowerLimit(h) == min(default, POWER_CAPS_MW.get((profile, index), default))
         assert [pynvml.nvmlDeviceGetMaxClockInfo(h, kind) for kind in CLOCK_TYPES] == list(clocks)
         assert pynvml.nvmlDeviceGetEccMode(h) == [pynvml.NVML_FEATURE_ENABLED, pynvml.NVML_FEATURE_ENABLED]
         support = pynvml.nvmlGpmQueryDeviceSupport(h)
@@ -237,7 +240,10 @@ def test_nvlink_faults_on_dgx_h100(install: Install, clock: FakeClock) -> None:
     for step in range(13):
         clock.at(step * 10.0)
         crc.append(pynvml.nvmlDeviceGetNvLinkErrorCounter(gpu5, 11, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT))
-        assert pynvml.nvmlDeviceGetNvLinkErrorCounter(gpu5, 11, pynvml.NVML_NVLINK_ERROR_DL_REPLAY) == crc[-1]
+        data = pynvml.nvmlDeviceGetNvLinkErrorCounter(gpu5, 11, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA)
+        assert data <= crc[-1], "data-flit CRC errors are some of the CRC errors"
+        replays = pynvml.nvmlDeviceGetNvLinkErrorCounter(gpu5, 11, pynvml.NVML_NVLINK_ERROR_DL_REPLAY)
+        assert replays == crc[-1] + data, "the receiver asks for a replay after each CRC error"
         assert pynvml.nvmlDeviceGetNvLinkErrorCounter(gpu5, 10, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT) == 0
         assert pynvml.nvmlDeviceGetNvLinkErrorCounter(gpu7, 3, pynvml.NVML_NVLINK_ERROR_DL_RECOVERY) > 0
     assert crc == sorted(crc), "error counters never go back"
@@ -466,10 +472,10 @@ def test_gpm_metrics_between_two_samples(install: Install, clock: FakeClock) -> 
         pynvml.nvmlGpmSampleGet(h, samples[gpu][1])
     (rx_after,) = pynvml.nvmlDeviceGetFieldValues(busy, [pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES])
 
-    ids = [*PERCENT_METRICS, pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, pynvml.NVML_GPM_METRIC_FP64_UTIL]
+    ids = [*PERCENT_METRICS, pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, pynvml.NVML_GPM_METRIC_INTEGER_UTIL]
     result = gpm_metrics(*samples[0], ids)
     values = {result.metrics[i].metricId: result.metrics[i] for i in range(len(ids))}
-    assert values[pynvml.NVML_GPM_METRIC_FP64_UTIL].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+    assert values[pynvml.NVML_GPM_METRIC_INTEGER_UTIL].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
     for metric in ids[:-1]:
         assert values[metric].nvmlReturn == pynvml.NVML_SUCCESS
     for metric in PERCENT_METRICS:

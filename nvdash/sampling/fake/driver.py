@@ -23,7 +23,7 @@ from .processes import ProcessTable
 from .profiles import Profile, gpu_uuid
 from .scenario import Event, Health
 from .usage_driver import UsageFunctions
-from .workload import Workload
+from .workload import VIDEO_SAMPLING_PERIOD_US, VIOLATION_REASONS, Workload
 
 _PCIE_THROUGHPUT_WINDOW_S = 0.02
 _FIELD_LATENCY_US = 3
@@ -205,6 +205,11 @@ class FakeDriver:
             "nvmlDeviceGetFieldValues": (self.device_get_field_values, _field_values_latency),
             "nvmlGpmSampleGet": (self.gpm_sample_get, getter),
         }
+        by_handle |= {
+            "nvmlDeviceGetEncoderUtilization": (self.device_get_encoder_utilization, getter),
+            "nvmlDeviceGetDecoderUtilization": (self.device_get_decoder_utilization, getter),
+            "nvmlDeviceGetViolationStatus": (self.device_get_violation_status, getter),
+        }
         by_handle |= {name: (body, getter) for name, body in self.usage.bodies().items()}
         plain["nvmlGpuInstanceGetInfo"] = (self.usage.gpu_instance_get_info, static)
         specs = {name: EntrySpec(run, latency) for name, (run, latency) in plain.items()}
@@ -383,10 +388,12 @@ class FakeDriver:
         """mJ since the driver was loaded: the integral of what ``nvmlDeviceGetPowerUsage`` reports."""
         return self._store_uint(millijoules, self.workload.energy_mj(call.device, self._t(call.now)))
 
-    def device_get_enforced_power_limit(self, _call: Call, _handle: object, limit: object) -> int:
-        return self._store_uint(limit, round(self.profile.power_limit_w * 1000))
+    def device_get_enforced_power_limit(self, call: Call, _handle: object, limit: object) -> int:
+        """mW: the lowest of the management limit and any other limiter (nvml.h), here an out-of-band cap."""
+        return self._store_uint(limit, round(self.profile.enforced_limit_w(call.device) * 1000))
 
     def device_get_power_management_limit(self, _call: Call, _handle: object, limit: object) -> int:
+        """mW: the limit the power management algorithm is asked to hold (the default: nobody changed it)."""
         return self._store_uint(limit, round(self.profile.power_limit_w * 1000))
 
     def device_get_performance_state(self, call: Call, _handle: object, pstate: object) -> int:
@@ -417,6 +424,35 @@ class FakeDriver:
         if not 0 <= as_int(fan) < self.profile.fan_count:
             return c.NVML_ERROR_INVALID_ARGUMENT
         return self._store_uint(speed, self._fan_percent(call))
+
+    # Video engines and throttle time
+
+    def _video(self, call: Call, engines: int, percent: int, utilization: object, period: object) -> int:
+        """(busy %, sampling period in µs); NOT_SUPPORTED without the engine or on a GPU in MIG mode."""
+        if engines == 0 or self.usage.mig.enabled(call.device):
+            return c.NVML_ERROR_NOT_SUPPORTED
+        self._store_uint(utilization, percent)
+        return self._store_uint(period, VIDEO_SAMPLING_PERIOD_US)
+
+    def device_get_encoder_utilization(self, call: Call, _handle: object, utilization: object, period: object) -> int:
+        percent = self.workload.encoder_pct(call.device, self._t(call.now))
+        return self._video(call, self.profile.nvenc_count, percent, utilization, period)
+
+    def device_get_decoder_utilization(self, call: Call, _handle: object, utilization: object, period: object) -> int:
+        percent = self.workload.decoder_pct(call.device, self._t(call.now))
+        return self._video(call, self.profile.nvdec_count, percent, utilization, period)
+
+    def device_get_violation_status(self, call: Call, _handle: object, policy: object, violation: object) -> int:
+        """``nvmlViolationTime_t``: the call's CPU time in µs and the policy's cumulative violation time in ns."""
+        which = as_int(policy)
+        if not 0 <= which < c.NVML_PERF_POLICY_COUNT:
+            return c.NVML_ERROR_INVALID_ARGUMENT
+        if which not in VIOLATION_REASONS or which not in self.profile.violation_policies:
+            return c.NVML_ERROR_NOT_SUPPORTED
+        out = target(violation)
+        out.referenceTime = math.floor(call.now * 1e6)
+        out.violationTime = self.workload.violation_ns(call.device, which, self._t(call.now))
+        return _OK
 
     # PCIe
 

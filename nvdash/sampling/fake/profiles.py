@@ -25,7 +25,9 @@ are seconds after the library was created.
     - NVLink: link 3 of GPU 7 is down (state 0, speed 0, a few recovery errors); link 11 of GPU 5 counts
       CRC flit errors and replays, about 24 per minute.
 ``dgx-a100``: healthy apart from SwPowerCap steps; GPU 5 carries one correctable remapped row and some
-    aggregate correctable errors from before this driver load.
+    aggregate correctable errors from before this driver load. GPU 2 is capped out of band at 300 W (its
+    management limit stays 400 W): the enforced limit is 300 W and it sits at SwPowerCap in every compute step.
+``hgx-h100-hpc``: ``dgx-h100``'s machine, healthy, all GPUs in an FP64-heavy simulation (GPM FP64 activity).
 ``dgx-b200``: GPU 2 gets a correctable ECC error every 45 s from 40 s; GPU 7 is idle; SwPowerCap steps.
 ``a100-pcie-2``: healthy; GPU 1 idle.
 ``a100-mig``: ``a100-pcie-2`` with GPU 0 in MIG mode (3g.20gb, 2g.10gb, two 1g.5gb; the last one empty) and
@@ -36,7 +38,10 @@ Processes (see ``usage_specs``): one training rank per busy GPU holding 97 % of 
 server with two idle clients; ``t4`` also shows an X server (graphics); ``a100-mig`` has four processes in
 three of its instances.
 ``t4``: pre-Ampere page retirement: two pages retired for multiple single-bit errors before start (none
-    pending), matching aggregate correctable counts; power readings hidden by the host.
+    pending), matching aggregate correctable counts; power readings hidden by the host. It decodes video
+    (NVDEC busy) and encodes a little (NVENC); the datacenter boards have NVDEC but no NVENC.
+
+Video, math mix and violation counters: see the ``Profile`` fields ``nvenc_count`` to ``violation_policies``.
 """
 
 from __future__ import annotations
@@ -93,6 +98,9 @@ class Scenario:
     """(GPU, rows remapped for correctable errors before this driver load)."""
     retired_sbe_pages: tuple[tuple[int, int], ...] = ()
     """(GPU, pages retired for multiple single-bit errors before start); pre-Ampere only."""
+    power_caps: tuple[tuple[int, float], ...] = ()
+    """(GPU, W): a limiter outside the driver (out-of-band capping by the BMC) holds the GPU below its
+    management limit; the enforced limit is the lower of the two, and the power draw respects it."""
 
     def width(self, gpu: int) -> int | None:
         """The trained PCIe width of ``gpu`` if it is below the maximum."""
@@ -133,6 +141,10 @@ class Scenario:
     def retired_sbe(self, gpu: int) -> int:
         """Pages of ``gpu`` retired for multiple single-bit errors before start."""
         return _lookup(self.retired_sbe_pages, gpu) or 0
+
+    def power_cap(self, gpu: int) -> float | None:
+        """The out-of-band power cap of ``gpu`` in W, if any."""
+        return _lookup(self.power_caps, gpu)
 
 
 @dataclass(frozen=True)
@@ -183,7 +195,8 @@ class Profile:
     temperature_memory_max_c: int = 0
     """HBM max operating temperature; 0: no memory sensor (GDDR boards answer NOT_SUPPORTED)."""
     power_limit_w: float = 0.0
-    """Default (and enforced) power limit."""
+    """Default power limit, also the management limit (nobody changed it); the enforced limit is the same
+    unless the scenario caps the GPU (``Scenario.power_caps``)."""
     power_min_limit_w: float = 0.0
     power_max_limit_w: float = 0.0
     clock_max_mhz: tuple[int, int, int, int] = (0, 0, 0, 0)
@@ -212,6 +225,21 @@ class Profile:
     mig_layout: tuple[tuple[int, tuple[MigSpec, ...]], ...] = ()
     """(GPU, its instances) for each GPU in MIG mode."""
     processes: tuple[ProcessSpec, ...] = ()
+    nvenc_count: int = 0
+    """Video encoder engines (NVENC); 0: ``nvmlDeviceGetEncoderUtilization`` answers NOT_SUPPORTED."""
+    nvdec_count: int = 0
+    """Video decoder engines (NVDEC); 0: ``nvmlDeviceGetDecoderUtilization`` answers NOT_SUPPORTED."""
+    decode_pct: tuple[float, float] = (0.0, 0.0)
+    """Mean NVDEC busy share (%) during compute steps and during the data-loader stall: the job's data loader
+    decodes video on NVDEC (as DALI does), hardest while the GPUs wait for it."""
+    encode_pct: float = 0.0
+    """Mean NVENC busy share (%) of a GPU in the job (e.g. a remote desktop or a stream being encoded)."""
+    math_mix: tuple[float, float, float] = (0.004, 0.16, 0.09)
+    """Share of SM-active time the SMs spend in non-tensor FP64, FP32 and FP16 math (GPM FP64/FP32/FP16_UTIL):
+    by default a mixed-precision training job, whose heavy math runs on the tensor cores."""
+    violation_policies: frozenset[int] = frozenset(range(c.NVML_PERF_POLICY_RELIABILITY))
+    """``nvmlPerfPolicyType_t`` values ``nvmlDeviceGetViolationStatus`` answers; others answer NOT_SUPPORTED.
+    NVML does not list which GPUs count which policy: the fake counts RELIABILITY from Hopper on only."""
 
     @property
     def memory_total_bytes(self) -> int:
@@ -237,6 +265,11 @@ class Profile:
         """Lanes the link of ``gpu`` trained to."""
         return self.scenario.width(gpu) or self.pcie_width
 
+    def enforced_limit_w(self, gpu: int) -> float:
+        """The limit the driver enforces: the management limit or the scenario's lower cap."""
+        cap = self.scenario.power_cap(gpu)
+        return self.power_limit_w if cap is None else min(cap, self.power_limit_w)
+
     def nvswitch_of(self, link: int) -> int:
         """The NVSwitch chip a GPU's ``link`` goes to (links spread evenly over the chips)."""
         return link * len(self.nvswitch_buses) // self.nvlink_links
@@ -248,6 +281,7 @@ def gpu_uuid(profile_name: str, seed: int, index: int) -> str:
     return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
+_ALL_VIOLATION_POLICIES = frozenset(range(c.NVML_PERF_POLICY_RELIABILITY + 1))
 _TWO_SOCKETS = (0, 0, 0, 0, 1, 1, 1, 1)
 _PAIRS = (0, 0, 1, 1, 2, 2, 3, 3)
 
@@ -303,6 +337,9 @@ PROFILES: dict[str, Profile] = {
             ),
             sm_count=132,
             mig_capable=True,
+            nvdec_count=7,
+            decode_pct=(25.0, 60.0),
+            violation_policies=_ALL_VIOLATION_POLICIES,
             processes=(
                 *ranks(range(6), garbage_on=5),
                 # GPU 6 serves inference through MPS: the control daemon's server and two idle clients.
@@ -345,9 +382,10 @@ PROFILES: dict[str, Profile] = {
             power_idle_w=55.0,
             temperature_idle_c=28.0,
             temperature_load_c=70.0,
-            scenario=Scenario(ecc_history=((5, (11, 0)),), remapped_history=((5, 1),)),
+            scenario=Scenario(ecc_history=((5, (11, 0)),), remapped_history=((5, 1),), power_caps=((2, 300.0),)),
             sm_count=108,
             mig_capable=True,
+            nvdec_count=5,
             processes=ranks(range(8)),
         ),
         Profile(
@@ -394,6 +432,8 @@ PROFILES: dict[str, Profile] = {
             scenario=Scenario(correctable_ecc=((2, (40.0, 45.0)),)),
             sm_count=148,
             mig_capable=True,
+            nvdec_count=7,
+            violation_policies=_ALL_VIOLATION_POLICIES,
             processes=ranks(range(7)),
         ),
         Profile(
@@ -426,6 +466,7 @@ PROFILES: dict[str, Profile] = {
             temperature_load_c=72.0,
             sm_count=108,
             mig_capable=True,
+            nvdec_count=5,
             processes=ranks((0,)),
         ),
         Profile(
@@ -456,6 +497,10 @@ PROFILES: dict[str, Profile] = {
             temperature_load_c=75.0,
             scenario=Scenario(ecc_history=((0, (37, 0)),), retired_sbe_pages=((0, 2),)),
             sm_count=40,
+            nvenc_count=1,
+            nvdec_count=2,
+            decode_pct=(55.0, 70.0),
+            encode_pct=6.0,
             processes=(*ranks((0,)), ProcessSpec(0, GHOST_PID_BASE + 900, ("graphics",), memory_mib=23)),
         ),
         Profile(
@@ -487,6 +532,18 @@ PROFILES["a100-mig"] = replace(
         ProcessSpec(0, GHOST_PID_BASE + 220, memory_mib=3000, mig=2),
         *ranks((1,)),
     ),
+)
+
+
+PROFILES["hgx-h100-hpc"] = replace(
+    PROFILES["dgx-h100"],
+    name="hgx-h100-hpc",
+    description="HGX H100: 8 x H100 SXM running an FP64 simulation code on all GPUs; healthy",
+    idle_gpus=frozenset(),
+    scenario=Scenario(),
+    decode_pct=(0.0, 0.0),
+    math_mix=(0.55, 0.12, 0.0),
+    processes=ranks(range(8)),
 )
 
 

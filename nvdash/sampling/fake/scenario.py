@@ -24,6 +24,8 @@ _SCENARIO_XIDS = (
 """One uncorrectable DRAM error on Ampere and later: the DBE, its containment, the row remap recorded."""
 _DOWN_LINK_RECOVERY_ERRORS = 3
 _CRC_BASE_ERRORS = 2
+_CRC_DATA_SHARE = 0.25
+"""CRC errors in data flits, per CRC error in any flit (header or data), on a link that counts them."""
 
 
 @dataclass(frozen=True, order=True)
@@ -154,12 +156,22 @@ class Health:
         return self.profile.scenario.link_down(gpu) != link
 
     def nvlink_errors(self, gpu: int, link: int, counter: int, t: float) -> int:
-        """One ``nvmlNvLinkErrorCounter_t`` counter of one link."""
+        """One ``nvmlNvLinkErrorCounter_t`` counter of one link.
+
+        A down link has its recovery attempts; a noisy link counts CRC flit errors and, fewer, CRC data errors,
+        and the receiver asks for a replay after each CRC error (the replay count is their sum).
+        """
         if not self.nvlink_active(gpu, link):
             return _DOWN_LINK_RECOVERY_ERRORS if counter == c.NVML_NVLINK_ERROR_DL_RECOVERY else 0
         crc = self.profile.scenario.link_crc(gpu)
         if crc is None or crc[0] != link:
             return 0
-        if counter in (c.NVML_NVLINK_ERROR_DL_CRC_FLIT, c.NVML_NVLINK_ERROR_DL_REPLAY):
-            return _CRC_BASE_ERRORS + _wobbly_count(crc[1], t, 11.0)
+        flit = _CRC_BASE_ERRORS + _wobbly_count(crc[1], t, 11.0)
+        data = _wobbly_count(crc[1] * _CRC_DATA_SHARE, t, 17.0)
+        if counter == c.NVML_NVLINK_ERROR_DL_CRC_FLIT:
+            return flit
+        if counter == c.NVML_NVLINK_ERROR_DL_CRC_DATA:
+            return data
+        if counter == c.NVML_NVLINK_ERROR_DL_REPLAY:
+            return flit + data
         return 0

@@ -7,10 +7,15 @@ which the GPUs wait. Byte rates are piecewise constant on 10 ms slots, so a cumu
 exact integral of its rate: a per-cycle table of prefix sums plus a closed-form sum over whole cycles.
 
 Power, clocks and clock event reasons are per-slot tables too: about one compute step in six draws more
-than the power limit and is held at it (SwPowerCap, lower clock). The energy counter is the exact integral
+than the enforced power limit and is held at it (SwPowerCap, lower clock); a GPU capped below its management
+limit (``Scenario.power_caps``) is held at the cap in most compute steps. The energy counter is the exact integral
 of the reported power. A GPU with thermal episodes (see ``profiles``) swaps in throttled power and clock
 tables during each episode's windows; episodes repeat every whole number of cycles, so their effect on
 the energy integral is the same for each episode and the counter stays O(1) to read.
+
+Violation counters (``nvmlDeviceGetViolationStatus``) are the exact time integral of their clock event reason
+bits (``VIOLATION_REASONS``), from the same per-slot reasons, counted in whole nanoseconds so that they never
+step back. The video engines and the GPM FP pipes are per-slot percentages like the others.
 """
 
 from __future__ import annotations
@@ -60,8 +65,29 @@ GPM_PERCENT_METRICS = (
     c.NVML_GPM_METRIC_SM_OCCUPANCY,
     c.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
     c.NVML_GPM_METRIC_DRAM_BW_UTIL,
+    c.NVML_GPM_METRIC_FP64_UTIL,
+    c.NVML_GPM_METRIC_FP32_UTIL,
+    c.NVML_GPM_METRIC_FP16_UTIL,
 )
 """GPM metrics the workload models as percentages of the sampled interval."""
+_FP_METRICS = (c.NVML_GPM_METRIC_FP64_UTIL, c.NVML_GPM_METRIC_FP32_UTIL, c.NVML_GPM_METRIC_FP16_UTIL)
+SLOT_NS = 10_000_000
+"""``SLOT_S`` in nanoseconds."""
+VIOLATION_REASONS = {
+    c.NVML_PERF_POLICY_POWER: c.NVML_CLOCKS_EVENT_REASON_SW_POWER_CAP,
+    c.NVML_PERF_POLICY_THERMAL: c.NVML_CLOCKS_EVENT_REASON_SW_THERMAL_SLOWDOWN
+    | c.NVML_CLOCKS_EVENT_REASON_HW_THERMAL_SLOWDOWN,
+    c.NVML_PERF_POLICY_SYNC_BOOST: c.NVML_CLOCKS_EVENT_REASON_SYNC_BOOST,
+    c.NVML_PERF_POLICY_BOARD_LIMIT: c.NVML_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+    c.NVML_PERF_POLICY_LOW_UTILIZATION: c.NVML_CLOCKS_EVENT_REASON_GPU_IDLE,
+    c.NVML_PERF_POLICY_RELIABILITY: 0,
+}
+"""``nvmlPerfPolicyType_t`` -> the clock event reason bits during which the fake's violation time accrues: power
+while SwPowerCap holds the clocks, thermal while a SW or HW thermal slowdown does, board limit while the
+board's external power brake does, low utilization while the GPU idles; the fake never sets the sync boost
+bit and has no reliability limiter, so those two stay at 0."""
+VIDEO_SAMPLING_PERIOD_US = 167_000
+"""The window the encoder/decoder utilization covers (``samplingPeriodUs``); the figure drivers commonly report."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +198,32 @@ class _GpuTables:
     thermal: _Thermal | None
     boot_energy_mj: float
     memory_temperature_offset_c: float
+    encoder: _SlotSeries
+    decoder: _SlotSeries
+
+
+@dataclass(frozen=True)
+class _Indicator:
+    """A 0/1 value per slot over a repeating span and its prefix count, integrated in whole nanoseconds."""
+
+    values: tuple[int, ...]
+    prefix: tuple[int, ...]
+
+    @classmethod
+    def of(cls, values: list[int]) -> _Indicator:
+        prefix = [0]
+        for value in values:
+            prefix.append(prefix[-1] + value)
+        return cls(tuple(values), tuple(prefix))
+
+    def ns(self, position: float) -> int:
+        """Nanoseconds with the value 1 between 0 and ``position`` (in slots, repeating the span)."""
+        span = len(self.values)
+        cycle, within = divmod(max(position, 0.0), span)
+        slot = min(int(within), span - 1)
+        fraction = min(within - slot, 1.0)
+        whole = int(cycle) * self.prefix[-1] + self.prefix[slot]
+        return whole * SLOT_NS + math.floor(fraction * SLOT_NS) * self.values[slot]
 
 
 def _rng(*key: object) -> random.Random:
@@ -262,8 +314,11 @@ def _gpu_tables(profile: Profile, seed: int, gpu: int) -> _GpuTables:
     plateau = int(total * rng.uniform(0.62, 0.88))
     health_rng = _rng("power", profile.name, seed, gpu)
     power_mw, graphics_mhz, reasons = _power_tables(
-        profile, timing, in_job=in_job, util=util, factors=power, rng=health_rng
+        profile, timing, gpu, in_job=in_job, util=util, factors=power, rng=health_rng
     )
+    gpm = _gpm_tables(in_job, timing, util, mem_util, _rng("gpm", profile.name, seed, gpu))
+    gpm |= _fp_tables(profile, gpm[c.NVML_GPM_METRIC_SM_UTIL].values, _rng("gpm-fp", profile.name, seed, gpu))
+    encoder, decoder = _video_tables(profile, timing, in_job, _rng("video", profile.name, seed, gpu))
     thermal = _thermal_tables(profile, timing, gpu, power_mw)
     return _GpuTables(
         in_job=in_job,
@@ -284,10 +339,12 @@ def _gpu_tables(profile: Profile, seed: int, gpu: int) -> _GpuTables:
         power=_series([float(p) for p in power_mw]),
         graphics_mhz=graphics_mhz,
         reasons=reasons,
-        gpm=_gpm_tables(in_job, timing, util, mem_util, _rng("gpm", profile.name, seed, gpu)),
+        gpm=gpm,
         thermal=thermal,
         boot_energy_mj=health_rng.uniform(5e8, 5e10),
         memory_temperature_offset_c=health_rng.uniform(4.0, 8.0),
+        encoder=encoder,
+        decoder=decoder,
     )
 
 
@@ -301,10 +358,22 @@ def quantize_clock(profile: Profile, mhz: float) -> int:
 
 
 def _power_tables(
-    profile: Profile, timing: _Timing, *, in_job: bool, util: list[int], factors: list[float], rng: random.Random
+    profile: Profile,
+    timing: _Timing,
+    gpu: int,
+    *,
+    in_job: bool,
+    util: list[int],
+    factors: list[float],
+    rng: random.Random,
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """Per-slot power (mW), graphics clock (MHz) and clock event reasons of one GPU over one cycle."""
-    limit = profile.power_limit_w
+    """Per-slot power (mW), graphics clock (MHz) and clock event reasons of one GPU over one cycle.
+
+    The work asks for power in proportion to the management limit (the board's rating); the draw is held at the
+    enforced limit, which a cap outside the driver may put lower.
+    """
+    demand_limit = profile.power_limit_w
+    limit = profile.enforced_limit_w(gpu)
     top = profile.clock_max_mhz[c.NVML_CLOCK_GRAPHICS]
     heavy = [
         rng.uniform(1.08, 1.15) if rng.random() < _HEAVY_STEP_SHARE else 1.0
@@ -315,7 +384,7 @@ def _power_tables(
     reasons: list[int] = []
     for slot, (u, factor) in enumerate(zip(util, factors, strict=True)):
         load = math.pow(u / 100.0, 1.3)
-        watts = (profile.power_idle_w + (0.97 * limit - profile.power_idle_w) * load) * factor
+        watts = (profile.power_idle_w + (0.97 * demand_limit - profile.power_idle_w) * load) * factor
         if not in_job:
             power.append(round(watts * 1000))
             clock.append(profile.clock_idle_mhz[c.NVML_CLOCK_GRAPHICS])
@@ -387,6 +456,39 @@ def _gpm_tables(
     }
 
 
+def _with_phase(reasons: int, phase: str | None) -> int:
+    """A slot's reasons during a thermal window: the thermal bits replace SwPowerCap."""
+    if phase is None:
+        return reasons
+    return (reasons & ~c.NVML_CLOCKS_EVENT_REASON_SW_POWER_CAP) | (_THERMAL_BITS if phase == "sw" else _HW_BITS)
+
+
+def _fp_tables(profile: Profile, sm: tuple[float, ...], rng: random.Random) -> dict[int, _SlotSeries]:
+    """Per-slot FP64/FP32/FP16 pipe activity: each a share (``Profile.math_mix``) of the SM activity."""
+    tables: dict[int, _SlotSeries] = {}
+    for metric, share in zip(_FP_METRICS, profile.math_mix, strict=True):
+        tables[metric] = _series([_clamp(s * share * rng.uniform(0.85, 1.15), 0.0, 100.0) for s in sm])
+    return tables
+
+
+def _video_tables(
+    profile: Profile, timing: _Timing, in_job: bool, rng: random.Random
+) -> tuple[_SlotSeries, _SlotSeries]:
+    """Per-slot NVENC and NVDEC busy percentages (0 on a GPU outside the job)."""
+    busy_pct, stall_pct = profile.decode_pct
+    encoder: list[float] = []
+    decoder: list[float] = []
+    for slot in range(timing.cycle):
+        if not in_job:
+            encoder.append(0.0)
+            decoder.append(0.0)
+            continue
+        mean = busy_pct if slot < timing.busy else stall_pct
+        decoder.append(_clamp(mean * rng.uniform(0.8, 1.2), 0.0, 100.0))
+        encoder.append(_clamp(profile.encode_pct * rng.uniform(0.5, 1.5), 0.0, 100.0))
+    return _series(encoder), _series(decoder)
+
+
 class Workload:
     """Readings of every GPU of ``profile`` at ``t`` seconds after the simulation started (t < 0 is 0)."""
 
@@ -394,6 +496,7 @@ class Workload:
         self.profile = profile
         self.seed = seed
         self._cache: dict[int, _GpuTables] = {}
+        self._violations: dict[tuple[int, int], tuple[_Indicator, _Indicator | None]] = {}
 
     def _tables(self, gpu: int) -> _GpuTables:
         tables = self._cache.get(gpu)
@@ -529,12 +632,53 @@ class Workload:
         """The ``nvmlClocksEventReason*`` bitmask that explains the current clocks."""
         tables = self._tables(gpu)
         _, slot, _ = self._slot(t)
-        reasons = tables.reasons[slot]
-        phase = self.thermal_phase(gpu, t)
-        if phase is not None:
-            reasons &= ~c.NVML_CLOCKS_EVENT_REASON_SW_POWER_CAP
-            reasons |= _THERMAL_BITS if phase == "sw" else _HW_BITS
-        return reasons
+        return _with_phase(tables.reasons[slot], self.thermal_phase(gpu, t))
+
+    def violation_ns(self, gpu: int, policy: int, t: float) -> int:
+        """Nanoseconds since the start during which a reason bit of ``policy`` (``VIOLATION_REASONS``) was set."""
+        base, episodes = self._violation_tables(gpu, policy)
+        position = self._position(t)
+        thermal = self._tables(gpu).thermal
+        if thermal is None or episodes is None or position <= thermal.first_slot:
+            return base.ns(position)
+        return base.ns(thermal.first_slot) + episodes.ns(position - thermal.first_slot)
+
+    def _violation_tables(self, gpu: int, policy: int) -> tuple[_Indicator, _Indicator | None]:
+        """The policy's bits over one cycle, and (on a GPU with thermal episodes) over one episode period."""
+        key = (gpu, policy)
+        found = self._violations.get(key)
+        if found is not None:
+            return found
+        mask = VIOLATION_REASONS[policy]
+        tables = self._tables(gpu)
+        base = _Indicator.of([int(bool(reasons & mask)) for reasons in tables.reasons])
+        episodes = None
+        thermal = tables.thermal
+        if thermal is not None:
+            cycle = len(tables.reasons)
+            slots = range(thermal.first_slot, thermal.first_slot + thermal.period_slots)
+            episodes = _Indicator.of(
+                [int(bool(_with_phase(tables.reasons[s % cycle], thermal.phase(s)) & mask)) for s in slots]
+            )
+        self._violations[key] = (base, episodes)
+        return base, episodes
+
+    def _video_pct(self, series: _SlotSeries, t: float) -> int:
+        period_s = VIDEO_SAMPLING_PERIOD_US / 1e6
+        end = self._position(t)
+        start = self._position(t - period_s)
+        if end <= start:
+            return round(series.values[int(end) % len(series.values)])
+        mean = (series.integral(end) - series.integral(start)) / ((end - start) * SLOT_S)
+        return round(_clamp(mean, 0.0, 100.0))
+
+    def encoder_pct(self, gpu: int, t: float) -> int:
+        """NVENC busy share over the sampling period ending at ``t``, in whole percent."""
+        return self._video_pct(self._tables(gpu).encoder, t)
+
+    def decoder_pct(self, gpu: int, t: float) -> int:
+        """NVDEC busy share over the sampling period ending at ``t``, in whole percent."""
+        return self._video_pct(self._tables(gpu).decoder, t)
 
     def gpm_percent(self, gpu: int, metric: int, t1: float, t2: float) -> float:
         """Mean of a GPM percentage metric over [t1, t2] (``t2 > t1``)."""
