@@ -114,3 +114,33 @@ def try_json(url: str) -> dict[str, object] | None:
     except OSError:
         return None
     return json.loads(body) if status == 200 else None
+
+
+def test_a_job_on_a_power_capped_gpu_is_charged_the_time_the_cap_held_its_clocks(tmp_path: Path) -> None:
+    """dgx-a100's GPU 2 is capped at 300 W below its 400 W management limit: its draw is held at the enforced limit
+    with the power-cap reason set, so NVML's power violation counter rises, and the job holding it is charged it."""
+    mapping = tmp_path / "map"
+    mapping.mkdir()
+    (mapping / "2").write_text("777\n")
+    args = ["--simulate", "dgx-a100", "--interval", "0.25", "--job-mapping-dir", str(mapping), "--no-history"]
+    with nvdash_server(args) as server:
+        def counter() -> int | None:
+            value = get_json(server.url + "/api/snapshot.json")["gpus"][2]["violation_power_ns"]
+            return int(value) if value is not None else None
+
+        first = wait_for(counter, lambda c: c is not None, timeout_s=60.0)
+
+        def job() -> dict[str, object] | None:
+            rows = get_json(server.url + "/api/accounting.json?range=today&by=job")["rows"]
+            return next((row for row in rows if row["key"] == "777"), None)
+
+        row = wait_for(job, lambda r: r is not None and (r["power_cap_s"] or 0) >= 1.0, timeout_s=90.0)
+        last = counter()
+        assert last is not None
+        assert last > first, "the counter rises while the cap holds the clocks"
+        gpu = get_json(server.url + "/api/snapshot.json")["gpus"][2]
+        assert (gpu["power_enforced_limit_w"], gpu["power_management_limit_w"]) == (300.0, 400.0)
+        assert row["gpus"] == [2]
+        assert 0 < row["power_cap_s"] <= row["power_cap_known_s"] <= row["gpu_seconds"] + 1e-6
+        assert row["power_cap_s"] <= last / 1e9, "no more than the counter ever counted"
+        assert row["power_cap_pct"] == pytest.approx(100 * row["power_cap_s"] / row["power_cap_known_s"], abs=0.01)
