@@ -628,9 +628,12 @@ class FakeDriver:
             value = profile.nvlink_links
         elif field_id == c.NVML_FI_DEV_NVLINK_GET_SPEED:
             # MBps per link (nvml.h: "NVLink Speed in MBps"); the link is the scope id; an inactive link is 0.
+            # A profile without a speed (0) is a driver that does not answer the field.
             code = self._nvlink_check(scope)
             if code != _OK:
                 return code
+            if not profile.nvlink_speed_mbps:
+                return c.NVML_ERROR_NOT_SUPPORTED
             entry.valueType = c.NVML_VALUE_TYPE_UNSIGNED_INT
             value = profile.nvlink_speed_mbps if self.health.nvlink_active(device, scope) else 0
         elif field_id == c.NVML_FI_DEV_MEMORY_TEMP:
