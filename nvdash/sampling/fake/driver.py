@@ -334,11 +334,10 @@ class FakeDriver:
     # Memory, utilization, temperature, power, clocks
 
     def _memory(self, call: Call, handle: object) -> tuple[int, int, int]:
-        """(total, used including the reservation, reserved) of a GPU or of a MIG device (no reservation)."""
+        """(total, used including the reservation, reserved) of a GPU or of a MIG device."""
         mig = self.usage.mig_of(handle)
         if mig is not None:
-            total, used = self.usage.mig_memory(mig)
-            return total, used, 0
+            return self.usage.mig_memory(mig)
         reserved = self.profile.memory_reserved_bytes
         return self.profile.memory_total_bytes, self._memory_used(call.device, self._t(call.now)), reserved
 

@@ -247,10 +247,17 @@ class UsageFunctions:
         """``<GPU name> MIG <profile>``, as ``nvmlDeviceGetName`` names a MIG device."""
         return f"{gpu_name} MIG {self.mig.spec(*mig)[0].profile}"
 
-    def mig_memory(self, mig: tuple[int, int]) -> tuple[int, int]:
-        """(total, used) bytes of a MIG device."""
+    def mig_memory(self, mig: tuple[int, int]) -> tuple[int, int, int]:
+        """(total, used including the reservation, reserved) bytes of a MIG device.
+
+        The driver reserves part of each instance's memory; the fake gives each instance the GPU's reservation
+        in proportion to its memory (whole MiB). ``nvmlMemory_t.used`` (v1) counts it, ``nvmlMemory_v2_t.used``
+        does not (nvml.h), so the two calls differ on a MIG device as on a whole GPU.
+        """
         _, profile = self.mig.spec(*mig)
-        return profile.memory_mib * _MIB, self.processes.mig_used_bytes(*mig)
+        total = profile.memory_mib * _MIB
+        reserved = self._profile.memory_reserved_mib * profile.memory_mib // max(1, self._profile.memory_total_mib)
+        return total, self.processes.mig_used_bytes(*mig) + reserved * _MIB, reserved * _MIB
 
     def parent_mig_used(self, gpu: int) -> int:
         """Memory used on a GPU in MIG mode: the sum over its instances."""
