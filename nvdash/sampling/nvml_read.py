@@ -38,6 +38,9 @@ NVLINK_ERROR_COUNTERS = {"replay_errors": 0, "recovery_errors": 1, "crc_flit_err
 """NvLinkSample field -> ``nvmlNvLinkErrorCounter_t``."""
 PAGE_RETIREMENT_CAUSES = {"retired_pages_sbe": 0, "retired_pages_dbe": 1}
 """Sample field -> ``nvmlPageRetirementCause_t``."""
+PCIE_COUNTER_BOUND_BYTES_PER_S = 256e9
+"""Above any PCIe link's rate (6.0 x16 carries about 121 GB/s per direction): a PCIe byte counter whose implied
+rate exceeds it was reset, not wrapped."""
 SLOW_INTERVAL_S = 5.0
 """Seconds between readings of the health counters (ECC, remapped rows, retired pages, NVLink errors)."""
 
@@ -150,8 +153,7 @@ class DeviceReader:
             elif key[0] == FI_MEMORY_TEMP:
                 result[key] = field_number(value)
             else:
-                scale = 1024.0 if key[0] in NVLINK_THROUGHPUT_FIELDS else 1.0
-                rate = device.rates.setdefault(key, CounterRate(scale=scale))
+                rate = device.rates.get(key) or device.rates.setdefault(key, counter_rate(device, key[0]))
                 result[key] = rate.update(int(value.value.ullVal), value.timestamp / 1e6)
         return result
 
@@ -237,6 +239,15 @@ class DeviceReader:
     def _link_value(self, device: Device, metric: str, fn: Callable[..., Any], *args: Any) -> int | None:
         value = self._get(device, metric, fn, *args)
         return int(value) if value is not None else None
+
+
+def counter_rate(device: Device, field_id: int) -> CounterRate:
+    """The rate keeper of one counter field: NVLink counts KiB; a PCIe byte counter can carry at most its link's
+    rate (twice it, for the slack of the values' timestamps; a generous bound where the maximum is unknown)."""
+    if field_id in NVLINK_THROUGHPUT_FIELDS:
+        return CounterRate(scale=1024.0)
+    pcie_max = device.info.pcie_max_bytes_per_s
+    return CounterRate(max_rate=2 * pcie_max if pcie_max else PCIE_COUNTER_BOUND_BYTES_PER_S)
 
 
 def sum_links(

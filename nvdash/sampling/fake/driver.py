@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from . import constants as c
 from .cargs import address_of, as_int, store_address, store_pointer_field, store_string, target
+from .counters import PcieCounters
 from .events import POLL_S, SUPPORTED_EVENT_TYPES, EventHub
 from .gpm import GpmSamples, metric_value
 from .mig import MigLayouts
@@ -99,6 +100,7 @@ class FakeDriver:
             self.health.scenario_events, lambda: clock() - created_at, poll_s=None if real_time else POLL_S
         )
         self.gpm = GpmSamples()
+        self.pcie_counters = PcieCounters(self.workload)
         self._uuids = [gpu_uuid(profile.name, seed, i) for i in range(profile.gpu_count)]
         self.names: dict[int, str] = {}
         """Product names that replace the profile's, by device (see the ``name`` fault)."""
@@ -611,7 +613,7 @@ class FakeDriver:
             series: Literal["pcie_tx", "pcie_rx"] = (
                 "pcie_tx" if field_id == c.NVML_FI_DEV_PCIE_COUNT_TX_BYTES else "pcie_rx"
             )
-            value = self.workload.pcie_counter_bytes(device, series, t)
+            value = self.pcie_counters.value(device, series, t)
         elif field_id in (c.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, c.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
             code = self._nvlink_check(scope)
             if code != _OK:

@@ -125,6 +125,14 @@ class FakeNvmlLibrary:
         function = check_function(function, self._specs)
         self._add(Fault("slow", function=function, seconds=seconds, device=self._device(device)))
 
+    def wrap_pcie_counters(self, at_s: float, bits: int = 32) -> None:
+        """Make the PCIe byte counters count modulo ``2**bits`` and wrap to 0 at ``at_s`` s after start."""
+        self._driver.pcie_counters.wrap(at_s, bits)
+
+    def reset_pcie_counters(self, at_s: float) -> None:
+        """Make the PCIe byte counters start over from 0 at ``at_s`` s after start (a driver reload)."""
+        self._driver.pcie_counters.reset(at_s)
+
     def event_wait_returns_at_once(self, at_once: bool = True) -> None:
         """Make ``nvmlEventSetWait_v2`` answer NVML_ERROR_TIMEOUT at once when no event is due (a driver whose
         wait does not block); ``False`` restores the documented blocking wait."""
