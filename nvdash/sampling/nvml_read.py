@@ -18,6 +18,7 @@ from nvdash.sampling.nvml_probe import (
     FI_PCIE_COUNT_TX_BYTES,
     NVLINK_THROUGHPUT_FIELDS,
 )
+from nvdash.sampling.nvml_temperature import gpu_temperature
 from nvdash.sampling.rates import CounterRate
 from nvdash.sampling.records import GpuSample, NvLinkSample
 
@@ -26,7 +27,6 @@ PCIE_UTIL_RX_BYTES = 1
 PCIE_THROUGHPUT_KB_BYTES = 1024
 """``nvmlDeviceGetPcieThroughput`` answers in "KB/s"; nvdash reads that KB as 1024 bytes (KiB), like NVML's
 other KB-denominated figures (the NVLink throughput counters are documented in KiB)."""
-TEMPERATURE_GPU = 0
 ECC_COUNTERS = {
     "ecc_corrected_volatile": (0, 0),
     "ecc_uncorrected_volatile": (1, 0),
@@ -88,7 +88,7 @@ class DeviceReader:
         nvml = self._nvml
         utilization = self._get(device, "utilization", nvml.nvmlDeviceGetUtilizationRates)
         memory = self._memory(device)
-        temperature = self._get(device, "temperature", nvml.nvmlDeviceGetTemperature, TEMPERATURE_GPU)
+        temperature = gpu_temperature(self._caller, device)
         fan = None
         if device.info.fan_count:
             fan = self._get(device, "fan_speed", nvml.nvmlDeviceGetFanSpeed)
@@ -99,7 +99,7 @@ class DeviceReader:
             "memory_used_bytes": int(memory.used) if memory is not None else None,
             "memory_total_bytes": int(memory.total) if memory is not None else None,
             "memory_reserved_bytes": int(reserved) if reserved is not None else None,
-            "temperature_c": float(temperature) if temperature is not None else None,
+            "temperature_c": temperature,
             "fan_speed_pct": float(fan) if fan is not None else None,
         }
 

@@ -35,7 +35,7 @@ def test_dgx_inventory(dgx: tuple[NvmlSource, FakeNvmlLibrary]) -> None:
     source, _ = dgx
     gpus = source.open()
     assert len(gpus) == 8
-    assert source.driver_version == "550.54.15"
+    assert source.driver_version == "570.133.20"
     for index, gpu in enumerate(gpus):
         assert gpu.index == index
         assert gpu.name == "NVIDIA H100 80GB HBM3"

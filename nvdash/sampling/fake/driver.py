@@ -87,6 +87,10 @@ def _fill_pci(out: Any, bus: int, device: int, device_id: int, subsystem_id: int
     out.busId = bus_id
 
 
+NVML_TEMPERATURE_V1_VERSION = 12 | (1 << 24)
+"""``nvmlTemperature_v1``: ``NVML_STRUCT_VERSION(Temperature, 1)`` of the 12-byte ``nvmlTemperature_v1_t``."""
+
+
 class FakeDriver:
     """The GPUs of one profile, their handles, and the readings the workload gives them."""
 
@@ -183,6 +187,7 @@ class FakeDriver:
             "nvmlDeviceGetMemoryInfo_v2": (self.device_get_memory_info_v2, getter),
             "nvmlDeviceGetUtilizationRates": (self.device_get_utilization_rates, getter),
             "nvmlDeviceGetTemperature": (self.device_get_temperature, getter),
+            "nvmlDeviceGetTemperatureV": (self.device_get_temperature_v, getter),
             "nvmlDeviceGetPowerUsage": (self.device_get_power_usage, getter),
             "nvmlDeviceGetTotalEnergyConsumption": (self.device_get_total_energy, getter),
             "nvmlDeviceGetEnforcedPowerLimit": (self.device_get_enforced_power_limit, getter),
@@ -376,6 +381,18 @@ class FakeDriver:
         if as_int(sensor) != c.NVML_TEMPERATURE_GPU:
             return c.NVML_ERROR_INVALID_ARGUMENT
         return self._store_uint(temperature, self.workload.temperature_c(call.device, self._t(call.now)))
+
+    # Entry points that replace deprecated ones (the library drops those newer than the profile's driver)
+
+    def device_get_temperature_v(self, call: Call, _handle: object, temperature: object) -> int:
+        """``nvmlDeviceGetTemperatureV`` (R565+): an ``nvmlTemperature_v1_t`` in and out, the value signed."""
+        out = target(temperature)
+        if out.version != NVML_TEMPERATURE_V1_VERSION:
+            return c.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        if out.sensorType != c.NVML_TEMPERATURE_GPU:
+            return c.NVML_ERROR_INVALID_ARGUMENT
+        out.temperature = self.workload.temperature_c(call.device, self._t(call.now))
+        return _OK
 
     def device_get_power_usage(self, call: Call, _handle: object, milliwatts: object) -> int:
         return self._store_uint(milliwatts, self.workload.power_mw(call.device, self._t(call.now)))

@@ -21,6 +21,15 @@ from .usage_specs import ProcessSpec
 from .workload import Workload
 
 _INIT_FUNCTIONS = frozenset({"nvmlInitWithFlags", "nvmlInit_v2"})
+ENTRY_POINTS_SINCE: dict[str, int] = {"nvmlDeviceGetTemperatureV": 565}
+"""Entry points by the driver branch that introduced them: a profile with an older driver lacks them, and pynvml
+raises ``NVMLError_FunctionNotFound`` as with a real old driver."""
+
+
+def driver_branch(version: str) -> int:
+    """The branch (major number) of a driver version such as ``"550.54.15"``; 0 when it has none."""
+    major = version.split(".", 1)[0]
+    return int(major) if major.isdigit() else 0
 _ERROR_LATENCY_S = 5e-6
 
 
@@ -62,7 +71,10 @@ class FakeNvmlLibrary:
         self._latency_scale = latency_scale
         self._created_at = clock()
         self._driver = FakeDriver(profile, seed, self._created_at, clock)
-        self._specs = self._driver.specs()
+        branch = driver_branch(profile.driver_version)
+        self._specs = {
+            name: spec for name, spec in self._driver.specs().items() if ENTRY_POINTS_SINCE.get(name, 0) <= branch
+        }
         self._entry_points = {name: EntryPoint(name, self._dispatch) for name in self._specs}
         self._lock = threading.Lock()
         self._init_count = 0

@@ -256,6 +256,7 @@ PROFILES: dict[str, Profile] = {
     for profile in (
         Profile(
             name="dgx-h100",
+            driver_version="570.133.20",
             description="DGX H100: 8 x H100 SXM 80GB on NVLink 4 (18 links each); GPUs 6 and 7 idle",
             gpu_count=8,
             gpu_name="NVIDIA H100 80GB HBM3",
@@ -352,6 +353,7 @@ PROFILES: dict[str, Profile] = {
         ),
         Profile(
             name="dgx-b200",
+            driver_version="570.133.20",
             description="DGX B200: 8 x B200 180GB on NVLink 5 (18 links each); GPU 7 idle",
             gpu_count=8,
             gpu_name="NVIDIA B200",
