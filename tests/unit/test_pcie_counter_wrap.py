@@ -49,10 +49,10 @@ def test_the_rate_across_a_32_bit_wrap_is_the_rate_the_workload_produced(clock: 
                 assert rate == pytest.approx(produced, rel=1e-6, abs=50.0)
 
 
-def test_a_counter_reset_gives_no_rate_then_counting_goes_on(clock: FakeClock) -> None:
+def test_a_driver_reload_gives_no_rate_then_counting_goes_on(clock: FakeClock) -> None:
     """Not a huge rate: from a 64-bit count in the hundreds of GB, a wrap would imply ~1.8e19 bytes."""
     for source, fake in open_source("dgx-h100", clock):
-        fake.reset_pcie_counters(at_s=WRAP_S)
+        fake.reload_driver(at_s=WRAP_S)
         source.open()
         clock.at(BEFORE_S)
         source.read(5.0)
@@ -60,10 +60,12 @@ def test_a_counter_reset_gives_no_rate_then_counting_goes_on(clock: FakeClock) -
         clock.at(AFTER_S)
         assert _rates(source, 0) == {"pcie_tx": None, "pcie_rx": None}
         assert all(value < before[name] for name, value in _counters(0).items())
+        # The energy counter restarted too, so the source learns the GPU again: its rates start afresh.
         clock.at(AFTER_S + 0.5)
-        rates = _rates(source, 0)
-        for series, rate in rates.items():
-            produced = fake.workload.mean_rate_bytes_per_s(0, series, AFTER_S, AFTER_S + 0.5)
+        assert _rates(source, 0) == {"pcie_tx": None, "pcie_rx": None}
+        clock.at(AFTER_S + 1.0)
+        for series, rate in _rates(source, 0).items():
+            produced = fake.workload.mean_rate_bytes_per_s(0, series, AFTER_S + 0.5, AFTER_S + 1.0)
             assert rate == pytest.approx(produced, rel=1e-6, abs=50.0)
 
 
@@ -95,7 +97,7 @@ def test_a_forward_jump_faster_than_the_link_gives_no_rate() -> None:
 
 def test_without_a_pcie_maximum_a_generous_bound_still_refuses_a_2_64_wrap(clock: FakeClock) -> None:
     for source, fake in open_source("dgx-h100", clock):
-        fake.reset_pcie_counters(at_s=WRAP_S)
+        fake.reload_driver(at_s=WRAP_S)
         source.open()
         for device in source._devices:  # as if NVML had not given the PCIe maximum
             device.info = replace(device.info, pcie_max_bytes_per_s=None)

@@ -1,14 +1,15 @@
-"""The simulated PCIe byte counters (``NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES``), with their wrap and reset.
+"""The simulated counters that count since the driver loaded: PCIe bytes and energy, with wraps and reloads.
 
-nvml.h says these counters "can be wrapped". By default they count from a large boot value and never wrap (a
-64-bit counter); a wrap fault makes them count modulo ``2**bits`` from zero at a chosen time (the hardware counter
-behind the field on some GPUs is 32 bits wide), a reset fault makes them start over from zero (a driver reload).
+nvml.h says the PCIe byte counters (``NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES``) "can be wrapped"; the energy
+counter (``nvmlDeviceGetTotalEnergyConsumption``) counts mJ "since the driver was last reloaded". By default both
+count from a boot value and never wrap (64-bit counters). A wrap makes the PCIe counters count modulo ``2**bits``,
+passing zero at a chosen time (the hardware counter behind the field is 32 bits wide on some GPUs); a driver
+reload makes both start over from zero at a chosen time.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Literal
 
 from .workload import Workload
@@ -16,36 +17,43 @@ from .workload import Workload
 PcieSeries = Literal["pcie_tx", "pcie_rx"]
 
 
-@dataclass(frozen=True)
-class _Rule:
-    kind: Literal["wrap", "reset"]
-    at_s: float
-    bits: int = 64
-
-
-class PcieCounters:
-    """The value each GPU's PCIe byte counters answer at a time, under the wrap or reset applied last."""
+class LoadCounters:
+    """The value each GPU's since-load counters answer at a time, under the wrap and reload applied."""
 
     def __init__(self, workload: Workload) -> None:
         self._workload = workload
-        self._rule: _Rule | None = None
+        self._wrap: tuple[float, int] | None = None
+        self._reload_s: float | None = None
 
-    def wrap(self, at_s: float, bits: int = 32) -> None:
-        """Count modulo ``2**bits``, passing zero (wrapping) at ``at_s`` s after start on every GPU."""
+    def wrap_pcie(self, at_s: float, bits: int = 32) -> None:
+        """Count PCIe bytes modulo ``2**bits``, passing zero (wrapping) at ``at_s`` s after start on every GPU."""
         if not 8 <= bits <= 64:
             raise ValueError(f"bits must be 8..64, got {bits}")
-        self._rule = _Rule("wrap", at_s, bits)
+        self._wrap = (at_s, bits)
 
-    def reset(self, at_s: float) -> None:
-        """Start over from zero at ``at_s`` s after start on every GPU."""
-        self._rule = _Rule("reset", at_s)
+    def reload(self, at_s: float) -> None:
+        """The driver reloads at ``at_s`` s after start: every GPU's counters start over from zero."""
+        self._reload_s = at_s
 
-    def value(self, gpu: int, series: PcieSeries, t: float) -> int:
-        """Bytes counted at ``t`` s after start: the workload's transfers since boot, as the rule has it."""
-        rule = self._rule
-        if rule is None or (rule.kind == "reset" and t < rule.at_s):
-            return self._workload.pcie_counter_bytes(gpu, series, t)
-        since = self._workload.transferred_bytes(gpu, series, t) - self._workload.transferred_bytes(
-            gpu, series, rule.at_s
-        )
-        return math.floor(since) % (1 << rule.bits)
+    def _reloaded(self, t: float) -> float | None:
+        return self._reload_s if self._reload_s is not None and t >= self._reload_s else None
+
+    def pcie_bytes(self, gpu: int, series: PcieSeries, t: float) -> int:
+        """PCIe bytes counted at ``t`` s after start."""
+        workload = self._workload
+        if self._wrap is not None:
+            at_s, bits = self._wrap
+            since = workload.transferred_bytes(gpu, series, t) - workload.transferred_bytes(gpu, series, at_s)
+            return math.floor(since) % (1 << bits)
+        reloaded = self._reloaded(t)
+        if reloaded is not None:
+            return math.floor(
+                workload.transferred_bytes(gpu, series, t) - workload.transferred_bytes(gpu, series, reloaded)
+            )
+        return workload.pcie_counter_bytes(gpu, series, t)
+
+    def energy_mj(self, gpu: int, t: float) -> int:
+        """Energy counted at ``t`` s after start (mJ)."""
+        reloaded = self._reloaded(t)
+        energy = self._workload.energy_mj(gpu, t)
+        return energy if reloaded is None else energy - self._workload.energy_mj(gpu, reloaded)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from . import constants as c
 from .cargs import address_of, as_int, store_address, store_pointer_field, store_string, target
-from .counters import PcieCounters
+from .counters import LoadCounters
 from .events import POLL_S, SUPPORTED_EVENT_TYPES, EventHub
 from .gpm import GpmSamples, metric_value
 from .mig import MigLayouts
@@ -104,7 +104,7 @@ class FakeDriver:
             self.health.scenario_events, lambda: clock() - created_at, poll_s=None if real_time else POLL_S
         )
         self.gpm = GpmSamples()
-        self.pcie_counters = PcieCounters(self.workload)
+        self.counters = LoadCounters(self.workload)
         self._uuids = [gpu_uuid(profile.name, seed, i) for i in range(profile.gpu_count)]
         self.names: dict[int, str] = {}
         """Product names that replace the profile's, by device (see the ``name`` fault)."""
@@ -137,7 +137,7 @@ class FakeDriver:
         """Used memory, driver reservation included: the job's, fixed-size processes', or the MIG instances'."""
         if self.usage.mig.enabled(gpu):
             return self.profile.memory_reserved_bytes + self.usage.parent_mig_used(gpu)
-        return self.workload.memory_used_bytes(gpu, t) + self.usage.processes.fixed_bytes(gpu)
+        return self.workload.memory_used_bytes(gpu, t) + self.usage.whole_gpu_fixed_bytes(gpu)
 
     def inject_xid(self, device: int, xid: int, t: float) -> None:
         """XID ``xid`` on ``device`` at ``t`` s: its side effects on the counters and its events."""
@@ -399,7 +399,7 @@ class FakeDriver:
 
     def device_get_total_energy(self, call: Call, _handle: object, millijoules: object) -> int:
         """mJ since the driver was loaded: the integral of what ``nvmlDeviceGetPowerUsage`` reports."""
-        return self._store_uint(millijoules, self.workload.energy_mj(call.device, self._t(call.now)))
+        return self._store_uint(millijoules, self.counters.energy_mj(call.device, self._t(call.now)))
 
     def device_get_enforced_power_limit(self, _call: Call, _handle: object, limit: object) -> int:
         return self._store_uint(limit, round(self.profile.power_limit_w * 1000))
@@ -630,7 +630,7 @@ class FakeDriver:
             series: Literal["pcie_tx", "pcie_rx"] = (
                 "pcie_tx" if field_id == c.NVML_FI_DEV_PCIE_COUNT_TX_BYTES else "pcie_rx"
             )
-            value = self.pcie_counters.value(device, series, t)
+            value = self.counters.pcie_bytes(device, series, t)
         elif field_id in (c.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, c.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
             code = self._nvlink_check(scope)
             if code != _OK:

@@ -139,11 +139,16 @@ class FakeNvmlLibrary:
 
     def wrap_pcie_counters(self, at_s: float, bits: int = 32) -> None:
         """Make the PCIe byte counters count modulo ``2**bits`` and wrap to 0 at ``at_s`` s after start."""
-        self._driver.pcie_counters.wrap(at_s, bits)
+        self._driver.counters.wrap_pcie(at_s, bits)
 
-    def reset_pcie_counters(self, at_s: float) -> None:
-        """Make the PCIe byte counters start over from 0 at ``at_s`` s after start (a driver reload)."""
-        self._driver.pcie_counters.reset(at_s)
+    def reload_driver(self, at_s: float) -> None:
+        """The driver reloads at ``at_s`` s after start: the PCIe byte and energy counters start over from 0."""
+        self._driver.counters.reload(at_s)
+
+    def set_mig_mode(self, gpu: int, enabled: bool) -> None:
+        """Turn MIG mode on (with the profile's layout for ``gpu``) or off, now; MIG device handles of a GPU with MIG
+        off are no longer valid."""
+        self._driver.usage.mig.set_enabled(check_device(gpu, self.profile.gpu_count), enabled)
 
     def event_wait_returns_at_once(self, at_once: bool = True) -> None:
         """Make ``nvmlEventSetWait_v2`` answer NVML_ERROR_TIMEOUT at once when no event is due (a driver whose

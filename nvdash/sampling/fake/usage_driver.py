@@ -97,7 +97,7 @@ class UsageFunctions:
         mig = self.mig_of(handle)
         if mig is None and not self.privileged and self.mig.enabled(gpu):
             return c.NVML_ERROR_NO_PERMISSION
-        listed = [s for s in self.processes.on_gpu(gpu) if kind in s.kinds and (mig is None or s.mig == mig[1])]
+        listed = [s for s in self.running(gpu) if kind in s.kinds and (mig is None or s.mig == mig[1])]
         size = target(count)
         if infos is None or size.value < len(listed):
             size.value = len(listed)
@@ -109,6 +109,15 @@ class UsageFunctions:
             out[i].gpuInstanceId, out[i].computeInstanceId = self._instance_ids(gpu, spec)
         size.value = len(listed)
         return _OK
+
+    def running(self, gpu: int) -> list[ProcessSpec]:
+        """The processes on ``gpu`` now: those pinned to a MIG instance run only while MIG is on."""
+        mig_on = self.mig.enabled(gpu)
+        return [spec for spec in self.processes.on_gpu(gpu) if spec.mig is None or mig_on]
+
+    def whole_gpu_fixed_bytes(self, gpu: int) -> int:
+        """Fixed-size memory of the processes running on ``gpu`` with MIG off."""
+        return sum(spec.memory_mib * _MIB for spec in self.processes.on_gpu(gpu) if spec.mig is None)
 
     def _instance_ids(self, gpu: int, spec: ProcessSpec) -> tuple[int, int]:
         if spec.mig is None or not self.mig.enabled(gpu):
