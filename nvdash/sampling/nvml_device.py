@@ -59,6 +59,7 @@ class NvmlCaller:
     def __init__(self, nvml: ModuleType) -> None:
         self.nvml = nvml
         self._calls = 0
+        self._closed = False
         self._lock = threading.Lock()
 
     @property
@@ -68,10 +69,19 @@ class NvmlCaller:
             return self._calls
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Call ``fn`` and count it; NVML errors propagate."""
+        """Call ``fn`` and count it; NVML errors propagate. Once closed, every call fails as NVML does after
+        ``nvmlShutdown`` (``NVMLError_Uninitialized``) without reaching the library."""
         with self._lock:
+            if self._closed:
+                raise self.nvml.NVMLError(self.nvml.NVML_ERROR_UNINITIALIZED)
             self._calls += 1
         return fn(*args)
+
+    def close(self) -> None:
+        """Refuse every later call: a read that hung past the source's close must not call into NVML when it wakes
+        (the library may have been shut down, or replaced)."""
+        with self._lock:
+            self._closed = True
 
     def optional(self, device: Device, metric: str, fn: Callable[..., T], *args: Any) -> T | None:
         """``fn(handle, *args)``, or ``None`` when unsupported (remembered per device) or failing this time.

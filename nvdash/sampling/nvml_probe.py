@@ -41,7 +41,9 @@ NVLINK_LINK_BYTES_PER_S: dict[str, float] = {
     "4.0": 25e9,
     "5.0": 50e9,
 }
-"""Published data rate of one link, per direction, by NVLink generation (used when the driver has no speed field)."""
+"""Usable data rate of one link, per direction, by NVLink generation, as NVIDIA publishes it (P100 NVLink 1: 20 GB/s;
+V100, A100, H100: 25 GB/s; B200: 50 GB/s). Percentages of the NVLink maximum are of this rate: the driver's speed
+field (``NVML_FI_DEV_NVLINK_GET_SPEED``) is the signalling rate, above it by the line encoding."""
 
 TEMPERATURE_THRESHOLDS = {"shutdown": 0, "slowdown": 1, "memory_max": 2, "gpu_max": 3}
 """``nvmlTemperatureThresholds_t``."""
@@ -83,7 +85,9 @@ class DeviceProber:
         pcie_max = PCIE_LANE_BYTES_PER_S[generation] * width if generation in PCIE_LANE_BYTES_PER_S and width else None
         device.nvlink_links, device.nvlink_active = self._links(device)
         version = self._nvlink_version(device)
-        link_rate, from_driver = self._nvlink_link_rate(device, version)
+        link_rate = NVLINK_LINK_BYTES_PER_S.get(version) if device.nvlink_active and version else None
+        signalling = self._nvlink_signalling_rate(device)
+        links_up = len(device.nvlink_active)
         device.pcie_counters = self._fields_supported(device, [FI_PCIE_COUNT_TX_BYTES, FI_PCIE_COUNT_RX_BYTES])
         memory_temp = self._fields_supported(device, [FI_MEMORY_TEMP])
         device.field_ids = self._field_ids(device, memory_temp)
@@ -107,13 +111,15 @@ class DeviceProber:
             pcie_width=width or None,
             pcie_max_bytes_per_s=pcie_max,
             nvlink_links=len(device.nvlink_active),
-            nvlink_max_bytes_per_s=link_rate * len(device.nvlink_active) if link_rate else None,
+            nvlink_max_bytes_per_s=link_rate * links_up if link_rate else None,
             pci_bus_id=text_of(getattr(pci, "busId", "")) if pci is not None else "",
             nvlink_version=version,
             nvlink_active_links=device.nvlink_active,
             nvlink_to_switch=self._links_to_switch(device),
             nvlink_link_bytes_per_s=link_rate,
-            nvlink_speed_from_driver=from_driver,
+            nvlink_link_signalling_bytes_per_s=signalling,
+            nvlink_signalling_max_bytes_per_s=signalling * links_up if signalling else None,
+            nvlink_speed_from_driver=signalling is not None,
             temperature_slowdown_c=thresholds["slowdown"],
             temperature_shutdown_c=thresholds["shutdown"],
             temperature_gpu_max_c=thresholds["gpu_max"],
@@ -167,21 +173,19 @@ class DeviceProber:
         enum_value = self._get(device, "nvlink_version", nvml.nvmlDeviceGetNvLinkVersion, device.nvlink_active[0])
         return decode_nvlink_version(enum_value)
 
-    def _nvlink_link_rate(self, device: Device, version: str | None) -> tuple[float | None, bool]:
-        """One link's bytes/s per direction: the driver's speed field (MB/s) where it answers, else the table."""
+    def _nvlink_signalling_rate(self, device: Device) -> float | None:
+        """One link's signalling rate per direction (bytes/s): the driver's speed field (MB/s), ``None`` without it."""
         if not device.nvlink_active:
-            return None, False
+            return None
         nvml = self._nvml
         values = self._get(
             device, "field_values", nvml.nvmlDeviceGetFieldValues, [(FI_NVLINK_GET_SPEED, device.nvlink_active[0])]
         )
-        if values:
-            value = values[0]
-            if value.nvmlReturn == nvml.NVML_SUCCESS:
-                speed_mb_per_s = field_number(value)
-                if speed_mb_per_s and speed_mb_per_s > 0:
-                    return speed_mb_per_s * 1e6, True
-        return (NVLINK_LINK_BYTES_PER_S.get(version) if version else None), False
+        if values and values[0].nvmlReturn == nvml.NVML_SUCCESS:
+            speed_mb_per_s = field_number(values[0])
+            if speed_mb_per_s and speed_mb_per_s > 0:
+                return speed_mb_per_s * 1e6
+        return None
 
     def _fields_supported(self, device: Device, field_ids: list[int]) -> bool:
         nvml = self._nvml

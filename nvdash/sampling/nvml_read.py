@@ -18,6 +18,7 @@ from nvdash.sampling.nvml_probe import (
     FI_PCIE_COUNT_TX_BYTES,
     NVLINK_THROUGHPUT_FIELDS,
 )
+from nvdash.sampling.nvml_temperature import gpu_temperature
 from nvdash.sampling.rates import CounterRate
 from nvdash.sampling.records import GpuSample, NvLinkSample
 
@@ -26,7 +27,6 @@ PCIE_UTIL_RX_BYTES = 1
 PCIE_THROUGHPUT_KB_BYTES = 1024
 """``nvmlDeviceGetPcieThroughput`` answers in "KB/s"; nvdash reads that KB as 1024 bytes (KiB), like NVML's
 other KB-denominated figures (the NVLink throughput counters are documented in KiB)."""
-TEMPERATURE_GPU = 0
 ECC_COUNTERS = {
     "ecc_corrected_volatile": (0, 0),
     "ecc_uncorrected_volatile": (1, 0),
@@ -47,6 +47,9 @@ VIOLATION_POLICIES = {
     "violation_reliability_ns": 5,  # NVML_PERF_POLICY_RELIABILITY
 }
 """Sample field -> ``nvmlPerfPolicyType_t``."""
+PCIE_COUNTER_BOUND_BYTES_PER_S = 256e9
+"""Above any PCIe link's rate (6.0 x16 carries about 121 GB/s per direction): a PCIe byte counter whose implied
+rate exceeds it was reset, not wrapped."""
 SLOW_INTERVAL_S = 5.0
 """Seconds between readings of the health counters (ECC, remapped rows, retired pages, NVLink errors) and of the
 throttle-time counters and the management power limit."""
@@ -96,7 +99,7 @@ class DeviceReader:
         nvml = self._nvml
         utilization = self._get(device, "utilization", nvml.nvmlDeviceGetUtilizationRates)
         memory = self._memory(device)
-        temperature = self._get(device, "temperature", nvml.nvmlDeviceGetTemperature, TEMPERATURE_GPU)
+        temperature = gpu_temperature(self._caller, device)
         fan = None
         if device.info.fan_count:
             fan = self._get(device, "fan_speed", nvml.nvmlDeviceGetFanSpeed)
@@ -107,7 +110,7 @@ class DeviceReader:
             "memory_used_bytes": int(memory.used) if memory is not None else None,
             "memory_total_bytes": int(memory.total) if memory is not None else None,
             "memory_reserved_bytes": int(reserved) if reserved is not None else None,
-            "temperature_c": float(temperature) if temperature is not None else None,
+            "temperature_c": temperature,
             "fan_speed_pct": float(fan) if fan is not None else None,
         }
 
@@ -161,8 +164,7 @@ class DeviceReader:
             elif key[0] == FI_MEMORY_TEMP:
                 result[key] = field_number(value)
             else:
-                scale = 1024.0 if key[0] in NVLINK_THROUGHPUT_FIELDS else 1.0
-                rate = device.rates.setdefault(key, CounterRate(scale=scale))
+                rate = device.rates.get(key) or device.rates.setdefault(key, counter_rate(device, key[0]))
                 result[key] = rate.update(int(value.value.ullVal), value.timestamp / 1e6)
         return result
 
@@ -277,6 +279,15 @@ class DeviceReader:
     def _link_value(self, device: Device, metric: str, fn: Callable[..., Any], *args: Any) -> int | None:
         value = self._get(device, metric, fn, *args)
         return int(value) if value is not None else None
+
+
+def counter_rate(device: Device, field_id: int) -> CounterRate:
+    """The rate keeper of one counter field: NVLink counts KiB; a PCIe byte counter can carry at most its link's
+    rate (twice it, for the slack of the values' timestamps; a generous bound where the maximum is unknown)."""
+    if field_id in NVLINK_THROUGHPUT_FIELDS:
+        return CounterRate(scale=1024.0)
+    pcie_max = device.info.pcie_max_bytes_per_s
+    return CounterRate(max_rate=2 * pcie_max if pcie_max else PCIE_COUNTER_BOUND_BYTES_PER_S)
 
 
 def sum_links(

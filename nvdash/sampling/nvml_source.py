@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from nvdash.sampling.daemon_pool import DaemonPool
 from nvdash.sampling.nvml_device import Device, GpuLost, NvmlCaller
+from nvdash.sampling.nvml_modes import ModeWatch
 from nvdash.sampling.nvml_probe import PCIE_LANE_BYTES_PER_S, DeviceProber
 from nvdash.sampling.nvml_read import DeviceReader
 from nvdash.sampling.nvml_usage import DeviceUsage, UsageReader
@@ -89,6 +90,7 @@ class NvmlSource:
             DeviceReader(self._caller) if slow_interval_s is None else DeviceReader(self._caller, slow_interval_s)
         )
         self._usage_reader = UsageReader(self._caller)
+        self._modes = ModeWatch(self._caller)
         self._devices: list[Device] = []
         self._pool: DaemonPool | None = None
         self._driver_version: str | None = None
@@ -97,6 +99,8 @@ class NvmlSource:
         self._opened = False
         self.skipped_reads = 0
         """Device reads a sweep did not ask for because the device's read of an earlier sweep was still running."""
+        self.relearned = 0
+        """Times a GPU's capabilities were learnt again because its mode changed (see :mod:`nvml_modes`)."""
 
     @property
     def calls(self) -> int:
@@ -224,7 +228,12 @@ class NvmlSource:
     def _read_device(self, device: Device) -> GpuSample:
         """The device's sample; a lost GPU or an unexpected failure costs only this device's reading."""
         try:
-            return self._reader.read(device)
+            if self._modes.mig_changed(device):
+                self._relearn(device, "its MIG mode changed")
+            sample = self._reader.read(device)
+            if self._modes.energy_went_back(device, sample.energy_mj):
+                self._relearn(device, "its energy counter went backwards (driver reload or GPU reset)")
+            return sample
         except GpuLost:
             device.lost = True
             return GpuSample(device.index, lost=True)
@@ -233,6 +242,21 @@ class NvmlSource:
                 device.error_logged = True
                 log.exception("reading GPU %d failed; its reading is skipped this sweep", device.index)
             return GpuSample(device.index, error=f"{type(error).__name__}: {error}")
+
+    def _relearn(self, device: Device, reason: str) -> None:
+        """Forget what was learnt about ``device`` (unsupported readings, counter and sample state) and probe it again.
+
+        The sweep that notices a driver reload has already read with the old state; its counters' rates are left
+        out by their reset rule, and the next sweep starts them afresh.
+        """
+        log.info("GPU %d: %s; learning what it supports again", device.index, reason)
+        device.unsupported.clear()
+        device.rates.clear()
+        device.slow_values = {}
+        device.slow_due_s = 0.0
+        device.gpm_previous = None
+        device.info = DeviceProber(self._caller).learn(device)
+        self.relearned += 1
 
     def read_usage(self, timeout_s: float, meanwhile: Callable[[], object] | None = None) -> tuple[DeviceUsage, ...]:
         """Each GPU's processes and MIG instances, read in parallel like :meth:`read`, waiting at most ``timeout_s``.
@@ -280,8 +304,10 @@ class NvmlSource:
                 except nvml.NVMLError:
                     pass
                 finally:
+                    self._caller.close()
                     done.set()
 
             threading.Thread(target=shutdown, name="nvdash-nvml-shutdown", daemon=True).start()
             if not done.wait(SHUTDOWN_TIMEOUT_S):
+                self._caller.close()
                 log.warning("nvmlShutdown did not return within %.0f s; exiting without it", SHUTDOWN_TIMEOUT_S)

@@ -8,6 +8,7 @@ idle (NVML only returns processes with non-zero utilization in a sample period).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,8 @@ _PROCESS_FUNCTIONS = (
     ("mps", ("nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2")),
 )
 """Each list, newest struct version first (older drivers lack the ``_v3`` entry points)."""
+MIG_MEMORY_V2 = "mig_memory_v2"
+"""The name under which a GPU remembers that its MIG devices do not answer ``nvmlDeviceGetMemoryInfo_v2``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +245,7 @@ class UsageReader:
             static = self._mig_static.get(uuid) or self._learn_mig(device, handle, uuid)
             if static is None:
                 continue
-            memory = self._mig_call(nvml.nvmlDeviceGetMemoryInfo, handle)
+            memory = self._mig_memory(device, handle)
             instances.append((MigInstance(
                 gpu_index=device.index,
                 uuid=uuid,
@@ -257,6 +260,26 @@ class UsageReader:
                 sm_active_pct=None,
             ), handle))
         return instances
+
+    def _mig_memory(self, device: Device, handle: Any) -> Any:
+        """A MIG device's ``nvmlMemory_v2_t`` (used excludes the driver's reservation, as nvidia-smi shows it);
+        ``nvmlMemory_t`` (v1, which counts the reservation as used) on a driver without v2, remembered per GPU."""
+        nvml = self._nvml
+        version = getattr(nvml, "nvmlMemory_v2", None)
+        if version is not None and MIG_MEMORY_V2 not in device.unsupported:
+            try:
+                return self._caller.call(functools.partial(nvml.nvmlDeviceGetMemoryInfo, version=version), handle)
+            except (
+                nvml.NVMLError_NotSupported,
+                nvml.NVMLError_FunctionNotFound,
+                nvml.NVMLError_ArgumentVersionMismatch,
+            ):
+                device.unsupported.add(MIG_MEMORY_V2)
+            except nvml.NVMLError_GpuIsLost:
+                raise GpuLost from None
+            except nvml.NVMLError:
+                return None
+        return self._mig_call(nvml.nvmlDeviceGetMemoryInfo, handle)
 
     def _learn_mig(self, device: Device, handle: Any, uuid: str) -> _MigStatic | None:
         nvml = self._nvml

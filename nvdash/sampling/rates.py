@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+WRAP_WIDTHS = (2**32, 2**64)
+"""Where an NVML counter can wrap: NVML hands out an ``unsigned long long``, but the hardware counter behind some
+fields (the PCIe byte counters nvml.h says "can be wrapped") is 32 bits wide on some GPUs."""
+
 
 class CounterRate:
     """Rate of a cumulative counter from successive (value, time) readings.
 
-    ``modulus`` is the counter's range (``2**32`` for a 32-bit counter) when it wraps; a decrease that a
-    wrap explains within half the range is taken as a wrap, any other decrease as a reset (no rate for that
-    reading). ``scale`` converts counter units to the rate's units (1024 for a KiB counter to bytes).
+    A reading below the previous one is a wrap or a reset. The wrap is taken at ``modulus`` when the counter's
+    width is known, else at the smallest of ``2**32`` and ``2**64`` above the previous value. The wrap is believed
+    only when the rate it implies is one the counter can reach: at most ``max_rate`` (in the rate's units, e.g.
+    what the link can carry) when the caller knows it, else a delta of at most half the wrap's range. Otherwise
+    it is a reset (a driver reload, a GPU reset): no rate for that interval, and counting goes on from the new
+    value. With ``max_rate``, a forward jump faster than the counter can count is dropped the same way, so a
+    reset can give no rate but never a huge one. ``scale`` converts counter units to the rate's units (1024 for
+    a KiB counter to bytes).
     """
 
-    def __init__(self, modulus: int | None = None, scale: float = 1.0) -> None:
+    def __init__(self, modulus: int | None = None, scale: float = 1.0, max_rate: float | None = None) -> None:
         self._modulus = modulus
         self._scale = scale
+        self._max_rate = max_rate
         self._value: int | None = None
         self._time_s: float | None = None
         self._rate: float | None = None
@@ -31,17 +41,26 @@ class CounterRate:
         self._rate = self._compute(prev_value, prev_time, value, time_s)
         return self._rate
 
+    def _wrap_at(self, prev_value: int) -> int | None:
+        if self._modulus is not None:
+            return self._modulus
+        return next((width for width in WRAP_WIDTHS if width > prev_value), None)
+
     def _compute(self, prev_value: int | None, prev_time: float | None, value: int, time_s: float) -> float | None:
         if prev_value is None or prev_time is None or time_s <= prev_time:
             return None
         delta = value - prev_value
         if delta < 0:
-            if self._modulus is None:
+            modulus = self._wrap_at(prev_value)
+            if modulus is None:
                 return None
-            delta += self._modulus
-            if delta < 0 or delta > self._modulus // 2:
+            delta += modulus
+            if delta < 0 or (self._max_rate is None and delta > modulus // 2):
                 return None
-        return delta * self._scale / (time_s - prev_time)
+        rate = delta * self._scale / (time_s - prev_time)
+        if self._max_rate is not None and rate > self._max_rate:
+            return None
+        return rate
 
     def reset(self) -> None:
         """Forget the previous reading."""

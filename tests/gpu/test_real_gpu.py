@@ -175,7 +175,9 @@ def test_nvlink_maximum_matches_the_published_figure(hardware: Hardware) -> None
         links, per_direction = match
         assert gpu.nvlink_links == links
         assert gpu.nvlink_max_bytes_per_s is not None
-        assert per_direction <= gpu.nvlink_max_bytes_per_s <= per_direction * 1.1
+        assert gpu.nvlink_max_bytes_per_s == pytest.approx(per_direction), "the data rate, not the signalling rate"
+        if gpu.nvlink_signalling_max_bytes_per_s is not None:
+            assert per_direction < gpu.nvlink_signalling_max_bytes_per_s <= per_direction * 1.1
         checked += 1
     if not checked:
         pytest.skip("no GPU here with NVLink and a published figure in the table")

@@ -73,8 +73,9 @@ def test_info_json_describes_the_simulated_gpus(server: NvdashServer) -> None:
     assert (gpu["pcie_generation"], gpu["pcie_width"]) == (5, 16)
     assert gpu["pcie_max_bytes_per_s"] == pytest.approx(16 * 32e9 * 128 / 130 / 8)
     assert gpu["nvlink_links"] == 18
-    # The driver's per-link speed field answers 26,562 MB/s on H100, as `nvidia-smi nvlink -s` shows.
-    assert gpu["nvlink_max_bytes_per_s"] == pytest.approx(18 * 26562e6)
+    # NVIDIA's H100 figure: 18 links x 25 GB/s of data per direction; the driver's speed field (26,562 MB/s per
+    # link, as `nvidia-smi nvlink -s` shows) is the signalling rate.
+    assert gpu["nvlink_max_bytes_per_s"] == pytest.approx(18 * 25e9)
     assert gpu["nvlink_version"] == "4.0"
     assert gpu["pci_bus_id"].endswith(":00.0")
 

@@ -68,6 +68,8 @@ NVLINK_ENUM = {
     "dgx-b200": pynvml.NVML_NVLINK_VERSION_5_0,
 }
 DOWNTRAINED = {("dgx-h100", 3): 8}
+NEWER_DRIVER = {"dgx-h100": "570.133.20", "dgx-b200": "570.133.20"}
+"""Profiles on an R570 driver (the others run R550, which lacks the R565 entry points)."""
 """(profile, GPU) -> current PCIe width, where the scenario trains a link narrower than x16."""
 DOWN_LINKS = {("dgx-h100", 7): 3}
 
@@ -85,7 +87,7 @@ def test_profile_names_and_unknown_profile() -> None:
 def test_profile_identity_memory_and_links(install: Install, profile: str) -> None:
     name, count, memory_mib, pcie_gen, links = EXPECTED[profile]
     install(profile)
-    assert pynvml.nvmlSystemGetDriverVersion() == "550.54.15"
+    assert pynvml.nvmlSystemGetDriverVersion() == NEWER_DRIVER.get(profile, "550.54.15")
     assert pynvml.nvmlDeviceGetCount() == count
     uuids = set()
     for index, handle in enumerate(handles()):

@@ -195,8 +195,8 @@ def test_pcie_topology_levels(install: Install) -> None:
 @pytest.mark.parametrize(
     "case",
     [
-        # nvidia-smi nvlink -s: 25 GB/s (A100), 26.562 GB/s (H100), 53.125 GB/s (B200) per link
-        ("dgx-a100", 12, pynvml.NVML_NVLINK_VERSION_3_1, 6, 0x1AF110DE, 25_000),
+        # nvidia-smi nvlink -s: 25.781 GB/s (A100), 26.562 GB/s (H100), 53.125 GB/s (B200) per link
+        ("dgx-a100", 12, pynvml.NVML_NVLINK_VERSION_3_1, 6, 0x1AF110DE, 25_781),
         ("dgx-h100", 18, pynvml.NVML_NVLINK_VERSION_4_0, 4, 0x22A310DE, 26_562),
         ("dgx-b200", 18, pynvml.NVML_NVLINK_VERSION_5_0, 2, None, 53_125),
     ],

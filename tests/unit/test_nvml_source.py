@@ -35,7 +35,7 @@ def test_dgx_inventory(dgx: tuple[NvmlSource, FakeNvmlLibrary]) -> None:
     source, _ = dgx
     gpus = source.open()
     assert len(gpus) == 8
-    assert source.driver_version == "550.54.15"
+    assert source.driver_version == "570.133.20"
     for index, gpu in enumerate(gpus):
         assert gpu.index == index
         assert gpu.name == "NVIDIA H100 80GB HBM3"
@@ -45,8 +45,10 @@ def test_dgx_inventory(dgx: tuple[NvmlSource, FakeNvmlLibrary]) -> None:
         assert gpu.pcie_max_bytes_per_s == pytest.approx(16 * 32e9 * 128 / 130 / 8)
         links = 17 if index == 7 else 18  # the dgx-h100 scenario starts with one of GPU 7's links down
         assert gpu.nvlink_links == links
-        # The driver's own per-link speed field: 26,562 MB/s per link on H100 (nvidia-smi nvlink -s).
-        assert gpu.nvlink_max_bytes_per_s == pytest.approx(links * 26562e6)
+        # NVIDIA's H100 data rate, 25 GB/s per link per direction; the driver's speed field (26,562 MB/s per link,
+        # nvidia-smi nvlink -s) is the signalling rate.
+        assert gpu.nvlink_max_bytes_per_s == pytest.approx(links * 25e9)
+        assert gpu.nvlink_signalling_max_bytes_per_s == pytest.approx(links * 26562e6)
     assert len({gpu.uuid for gpu in gpus}) == 8
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from . import constants as c
 from .cargs import address_of, as_int, store_address, store_pointer_field, store_string, target
+from .counters import LoadCounters
 from .events import POLL_S, SUPPORTED_EVENT_TYPES, EventHub
 from .gpm import GpmSamples, metric_value
 from .mig import MigLayouts
@@ -86,6 +87,10 @@ def _fill_pci(out: Any, bus: int, device: int, device_id: int, subsystem_id: int
     out.busId = bus_id
 
 
+NVML_TEMPERATURE_V1_VERSION = 12 | (1 << 24)
+"""``nvmlTemperature_v1``: ``NVML_STRUCT_VERSION(Temperature, 1)`` of the 12-byte ``nvmlTemperature_v1_t``."""
+
+
 class FakeDriver:
     """The GPUs of one profile, their handles, and the readings the workload gives them."""
 
@@ -99,6 +104,7 @@ class FakeDriver:
             self.health.scenario_events, lambda: clock() - created_at, poll_s=None if real_time else POLL_S
         )
         self.gpm = GpmSamples()
+        self.counters = LoadCounters(self.workload)
         self._uuids = [gpu_uuid(profile.name, seed, i) for i in range(profile.gpu_count)]
         self.names: dict[int, str] = {}
         """Product names that replace the profile's, by device (see the ``name`` fault)."""
@@ -131,7 +137,7 @@ class FakeDriver:
         """Used memory, driver reservation included: the job's, fixed-size processes', or the MIG instances'."""
         if self.usage.mig.enabled(gpu):
             return self.profile.memory_reserved_bytes + self.usage.parent_mig_used(gpu)
-        return self.workload.memory_used_bytes(gpu, t) + self.usage.processes.fixed_bytes(gpu)
+        return self.workload.memory_used_bytes(gpu, t) + self.usage.whole_gpu_fixed_bytes(gpu)
 
     def inject_xid(self, device: int, xid: int, t: float) -> None:
         """XID ``xid`` on ``device`` at ``t`` s: its side effects on the counters and its events."""
@@ -181,6 +187,7 @@ class FakeDriver:
             "nvmlDeviceGetMemoryInfo_v2": (self.device_get_memory_info_v2, getter),
             "nvmlDeviceGetUtilizationRates": (self.device_get_utilization_rates, getter),
             "nvmlDeviceGetTemperature": (self.device_get_temperature, getter),
+            "nvmlDeviceGetTemperatureV": (self.device_get_temperature_v, getter),
             "nvmlDeviceGetPowerUsage": (self.device_get_power_usage, getter),
             "nvmlDeviceGetTotalEnergyConsumption": (self.device_get_total_energy, getter),
             "nvmlDeviceGetEnforcedPowerLimit": (self.device_get_enforced_power_limit, getter),
@@ -339,11 +346,10 @@ class FakeDriver:
     # Memory, utilization, temperature, power, clocks
 
     def _memory(self, call: Call, handle: object) -> tuple[int, int, int]:
-        """(total, used including the reservation, reserved) of a GPU or of a MIG device (no reservation)."""
+        """(total, used including the reservation, reserved) of a GPU or of a MIG device."""
         mig = self.usage.mig_of(handle)
         if mig is not None:
-            total, used = self.usage.mig_memory(mig)
-            return total, used, 0
+            return self.usage.mig_memory(mig)
         reserved = self.profile.memory_reserved_bytes
         return self.profile.memory_total_bytes, self._memory_used(call.device, self._t(call.now)), reserved
 
@@ -381,12 +387,24 @@ class FakeDriver:
             return c.NVML_ERROR_INVALID_ARGUMENT
         return self._store_uint(temperature, self.workload.temperature_c(call.device, self._t(call.now)))
 
+    # Entry points that replace deprecated ones (the library drops those newer than the profile's driver)
+
+    def device_get_temperature_v(self, call: Call, _handle: object, temperature: object) -> int:
+        """``nvmlDeviceGetTemperatureV`` (R565+): an ``nvmlTemperature_v1_t`` in and out, the value signed."""
+        out = target(temperature)
+        if out.version != NVML_TEMPERATURE_V1_VERSION:
+            return c.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        if out.sensorType != c.NVML_TEMPERATURE_GPU:
+            return c.NVML_ERROR_INVALID_ARGUMENT
+        out.temperature = self.workload.temperature_c(call.device, self._t(call.now))
+        return _OK
+
     def device_get_power_usage(self, call: Call, _handle: object, milliwatts: object) -> int:
         return self._store_uint(milliwatts, self.workload.power_mw(call.device, self._t(call.now)))
 
     def device_get_total_energy(self, call: Call, _handle: object, millijoules: object) -> int:
         """mJ since the driver was loaded: the integral of what ``nvmlDeviceGetPowerUsage`` reports."""
-        return self._store_uint(millijoules, self.workload.energy_mj(call.device, self._t(call.now)))
+        return self._store_uint(millijoules, self.counters.energy_mj(call.device, self._t(call.now)))
 
     def device_get_enforced_power_limit(self, call: Call, _handle: object, limit: object) -> int:
         """mW: the lowest of the management limit and any other limiter (nvml.h), here an out-of-band cap."""
@@ -648,7 +666,7 @@ class FakeDriver:
             series: Literal["pcie_tx", "pcie_rx"] = (
                 "pcie_tx" if field_id == c.NVML_FI_DEV_PCIE_COUNT_TX_BYTES else "pcie_rx"
             )
-            value = self.workload.pcie_counter_bytes(device, series, t)
+            value = self.counters.pcie_bytes(device, series, t)
         elif field_id in (c.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, c.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
             code = self._nvlink_check(scope)
             if code != _OK:
@@ -664,9 +682,12 @@ class FakeDriver:
             value = profile.nvlink_links
         elif field_id == c.NVML_FI_DEV_NVLINK_GET_SPEED:
             # MBps per link (nvml.h: "NVLink Speed in MBps"); the link is the scope id; an inactive link is 0.
+            # A profile without a speed (0) is a driver that does not answer the field.
             code = self._nvlink_check(scope)
             if code != _OK:
                 return code
+            if not profile.nvlink_speed_mbps:
+                return c.NVML_ERROR_NOT_SUPPORTED
             entry.valueType = c.NVML_VALUE_TYPE_UNSIGNED_INT
             value = profile.nvlink_speed_mbps if self.health.nvlink_active(device, scope) else 0
         elif field_id == c.NVML_FI_DEV_MEMORY_TEMP:

@@ -21,6 +21,15 @@ from .usage_specs import ProcessSpec
 from .workload import Workload
 
 _INIT_FUNCTIONS = frozenset({"nvmlInitWithFlags", "nvmlInit_v2"})
+ENTRY_POINTS_SINCE: dict[str, int] = {"nvmlDeviceGetTemperatureV": 565}
+"""Entry points by the driver branch that introduced them: a profile with an older driver lacks them, and pynvml
+raises ``NVMLError_FunctionNotFound`` as with a real old driver."""
+
+
+def driver_branch(version: str) -> int:
+    """The branch (major number) of a driver version such as ``"550.54.15"``; 0 when it has none."""
+    major = version.split(".", 1)[0]
+    return int(major) if major.isdigit() else 0
 _ERROR_LATENCY_S = 5e-6
 
 
@@ -62,7 +71,10 @@ class FakeNvmlLibrary:
         self._latency_scale = latency_scale
         self._created_at = clock()
         self._driver = FakeDriver(profile, seed, self._created_at, clock)
-        self._specs = self._driver.specs()
+        branch = driver_branch(profile.driver_version)
+        self._specs = {
+            name: spec for name, spec in self._driver.specs().items() if ENTRY_POINTS_SINCE.get(name, 0) <= branch
+        }
         self._entry_points = {name: EntryPoint(name, self._dispatch) for name in self._specs}
         self._lock = threading.Lock()
         self._init_count = 0
@@ -124,6 +136,19 @@ class FakeNvmlLibrary:
             raise ValueError(f"seconds must be >= 0, got {seconds}")
         function = check_function(function, self._specs)
         self._add(Fault("slow", function=function, seconds=seconds, device=self._device(device)))
+
+    def wrap_pcie_counters(self, at_s: float, bits: int = 32) -> None:
+        """Make the PCIe byte counters count modulo ``2**bits`` and wrap to 0 at ``at_s`` s after start."""
+        self._driver.counters.wrap_pcie(at_s, bits)
+
+    def reload_driver(self, at_s: float) -> None:
+        """The driver reloads at ``at_s`` s after start: the PCIe byte and energy counters start over from 0."""
+        self._driver.counters.reload(at_s)
+
+    def set_mig_mode(self, gpu: int, enabled: bool) -> None:
+        """Turn MIG mode on (with the profile's layout for ``gpu``) or off, now; MIG device handles of a GPU with MIG
+        off are no longer valid."""
+        self._driver.usage.mig.set_enabled(check_device(gpu, self.profile.gpu_count), enabled)
 
     def event_wait_returns_at_once(self, at_once: bool = True) -> None:
         """Make ``nvmlEventSetWait_v2`` answer NVML_ERROR_TIMEOUT at once when no event is due (a driver whose

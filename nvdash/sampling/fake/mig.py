@@ -26,9 +26,10 @@ class MigLayouts:
     """Per GPU: its MIG mode, its instances, and the handles of their MIG devices and GPU instances."""
 
     def __init__(self, profile: Profile, gpu_uuids: list[str]) -> None:
-        self._layouts: dict[int, tuple[MigSpec, ...]] = dict(profile.mig_layout)
-        for layout in self._layouts.values():
+        self._configured: dict[int, tuple[MigSpec, ...]] = dict(profile.mig_layout)
+        for layout in self._configured.values():
             validate_layout(layout)
+        self._layouts = dict(self._configured)
         self._uuids = gpu_uuids
         self._device_storage: dict[tuple[int, int], ctypes.Array[ctypes.c_char]] = {}
         self._instance_storage: dict[tuple[int, int], ctypes.Array[ctypes.c_char]] = {}
@@ -38,6 +39,16 @@ class MigLayouts:
                 self._instance_storage[gpu, index] = ctypes.create_string_buffer(8)
         self._devices = {ctypes.addressof(buf): key for key, buf in self._device_storage.items()}
         self._instances = {ctypes.addressof(buf): key for key, buf in self._instance_storage.items()}
+
+    def set_enabled(self, gpu: int, enabled: bool) -> None:
+        """Turn MIG mode on ``gpu`` on (with the profile's layout for it) or off."""
+        if not enabled:
+            self._layouts.pop(gpu, None)
+            return
+        layout = self._configured.get(gpu)
+        if layout is None:
+            raise ValueError(f"GPU {gpu} has no MIG layout in this profile")
+        self._layouts[gpu] = layout
 
     def enabled(self, gpu: int) -> bool:
         """True when ``gpu`` is in MIG mode."""
@@ -63,8 +74,9 @@ class MigLayouts:
         return None if buf is None else ctypes.addressof(buf)
 
     def device_of(self, address: int) -> tuple[int, int] | None:
-        """(GPU, instance index) of a MIG device handle, or ``None`` for any other address."""
-        return self._devices.get(address)
+        """(GPU, instance index) of a MIG device handle, or ``None`` for any other address (or MIG now off)."""
+        found = self._devices.get(address)
+        return found if found is not None and found[0] in self._layouts else None
 
     def instance_address(self, gpu: int, gpu_instance_id: int) -> int | None:
         """The GPU instance handle's address for ``gpu_instance_id`` on ``gpu``."""
@@ -74,8 +86,9 @@ class MigLayouts:
         return None
 
     def instance_of(self, address: int) -> tuple[int, int] | None:
-        """(GPU, instance index) of a GPU instance handle."""
-        return self._instances.get(address)
+        """(GPU, instance index) of a GPU instance handle (``None`` once MIG is off)."""
+        found = self._instances.get(address)
+        return found if found is not None and found[0] in self._layouts else None
 
     def index_of(self, gpu: int, gpu_instance_id: int, compute_instance_id: int) -> int | None:
         """The instance index holding (GI, CI) on ``gpu``."""

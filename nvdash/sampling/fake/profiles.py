@@ -181,8 +181,8 @@ class Profile:
     """``nvmlNvlinkVersion_t`` (an enum: 5 is NVLink 3.1, 6 is 4.0, 7 is 5.0)."""
     nvlink_speed_mbps: int = 0
     """Per-link, per-direction signalling rate as ``NVML_FI_DEV_NVLINK_GET_SPEED`` answers it (MBps, 10^6 B/s).
-    ``nvidia-smi nvlink -s`` shows it as GB/s: 25 GB/s (A100, 4 lanes x 50 Gb/s), 26.562 GB/s (H100, 2 lanes
-    x 106.25 Gb/s), 53.125 GB/s (B200, 2 lanes x 212.5 Gb/s)."""
+    ``nvidia-smi nvlink -s`` shows it as GB/s: 25.781 GB/s (A100), 26.562 GB/s (H100), 53.125 GB/s (B200); the
+    usable data rate (25, 25, 50 GB/s) is below it by the line encoding."""
     nvlink_link_bytes_per_s: float = 0.0
     """Usable data rate per direction, per link (below the signalling rate): the workload's ceiling."""
     nvswitch_buses: tuple[int, ...] = ()
@@ -290,6 +290,7 @@ PROFILES: dict[str, Profile] = {
     for profile in (
         Profile(
             name="dgx-h100",
+            driver_version="570.133.20",
             description="DGX H100: 8 x H100 SXM 80GB on NVLink 4 (18 links each); GPUs 6 and 7 idle",
             gpu_count=8,
             gpu_name="NVIDIA H100 80GB HBM3",
@@ -364,7 +365,7 @@ PROFILES: dict[str, Profile] = {
             pcie_generation=4,
             nvlink_links=12,
             nvlink_version=c.NVML_NVLINK_VERSION_3_1,
-            nvlink_speed_mbps=25000,
+            nvlink_speed_mbps=25781,
             nvlink_link_bytes_per_s=23.5e9,
             # Six NVSwitch chips on the baseboard; their bus numbers are plausible, not from a capture.
             nvswitch_buses=(0xC4, 0xC5, 0xC6, 0xC7, 0xC8, 0xC9),
@@ -390,6 +391,7 @@ PROFILES: dict[str, Profile] = {
         ),
         Profile(
             name="dgx-b200",
+            driver_version="570.133.20",
             description="DGX B200: 8 x B200 180GB on NVLink 5 (18 links each); GPU 7 idle",
             gpu_count=8,
             gpu_name="NVIDIA B200",

@@ -97,7 +97,7 @@ class UsageFunctions:
         mig = self.mig_of(handle)
         if mig is None and not self.privileged and self.mig.enabled(gpu):
             return c.NVML_ERROR_NO_PERMISSION
-        listed = [s for s in self.processes.on_gpu(gpu) if kind in s.kinds and (mig is None or s.mig == mig[1])]
+        listed = [s for s in self.running(gpu) if kind in s.kinds and (mig is None or s.mig == mig[1])]
         size = target(count)
         if infos is None or size.value < len(listed):
             size.value = len(listed)
@@ -109,6 +109,15 @@ class UsageFunctions:
             out[i].gpuInstanceId, out[i].computeInstanceId = self._instance_ids(gpu, spec)
         size.value = len(listed)
         return _OK
+
+    def running(self, gpu: int) -> list[ProcessSpec]:
+        """The processes on ``gpu`` now: those pinned to a MIG instance run only while MIG is on."""
+        mig_on = self.mig.enabled(gpu)
+        return [spec for spec in self.processes.on_gpu(gpu) if spec.mig is None or mig_on]
+
+    def whole_gpu_fixed_bytes(self, gpu: int) -> int:
+        """Fixed-size memory of the processes running on ``gpu`` with MIG off."""
+        return sum(spec.memory_mib * _MIB for spec in self.processes.on_gpu(gpu) if spec.mig is None)
 
     def _instance_ids(self, gpu: int, spec: ProcessSpec) -> tuple[int, int]:
         if spec.mig is None or not self.mig.enabled(gpu):
@@ -247,10 +256,17 @@ class UsageFunctions:
         """``<GPU name> MIG <profile>``, as ``nvmlDeviceGetName`` names a MIG device."""
         return f"{gpu_name} MIG {self.mig.spec(*mig)[0].profile}"
 
-    def mig_memory(self, mig: tuple[int, int]) -> tuple[int, int]:
-        """(total, used) bytes of a MIG device."""
+    def mig_memory(self, mig: tuple[int, int]) -> tuple[int, int, int]:
+        """(total, used including the reservation, reserved) bytes of a MIG device.
+
+        The driver reserves part of each instance's memory; the fake gives each instance the GPU's reservation
+        in proportion to its memory (whole MiB). ``nvmlMemory_t.used`` (v1) counts it, ``nvmlMemory_v2_t.used``
+        does not (nvml.h), so the two calls differ on a MIG device as on a whole GPU.
+        """
         _, profile = self.mig.spec(*mig)
-        return profile.memory_mib * _MIB, self.processes.mig_used_bytes(*mig)
+        total = profile.memory_mib * _MIB
+        reserved = self._profile.memory_reserved_mib * profile.memory_mib // max(1, self._profile.memory_total_mib)
+        return total, self.processes.mig_used_bytes(*mig) + reserved * _MIB, reserved * _MIB
 
     def parent_mig_used(self, gpu: int) -> int:
         """Memory used on a GPU in MIG mode: the sum over its instances."""
