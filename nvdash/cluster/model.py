@@ -315,18 +315,21 @@ def _pod_key(labels: Mapping[str, str]) -> PodKey:
 
 def build_pods(allocated: Iterable[Mapping[str, str]], values: Iterable[tuple[Mapping[str, str], float]],
                idle: Iterable[tuple[Mapping[str, str], float]]) -> tuple[ClusterPod, ...]:
-    """One row per pod allocation, with its device's utilization and memory and whether it sat idle."""
+    """One row per pod allocation (once, though two exporters of one node, under either naming, list it), with its
+    device's utilization and memory and whether it sat idle."""
     readings: dict[PodKey, dict[str, float]] = {}
     for labels, number in values:
         family, value = reading(labels.get("__name__", ""), number)
         readings.setdefault(_pod_key(labels), {})[family] = value
     idle_keys = {_pod_key(labels) for labels, _number in idle}
     rows = []
+    listed: set[PodKey] = set()
     for labels in allocated:
         key = _pod_key(labels)
         gpu = _index(labels.get("gpu", ""))
-        if gpu is None or not key[2]:
+        if gpu is None or not key[2] or key in listed:
             continue
+        listed.add(key)
         found = readings.get(key, {})
         util = found.get("DCGM_FI_DEV_GPU_UTIL")
         if util is None and "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in found:

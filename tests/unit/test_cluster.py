@@ -221,6 +221,16 @@ def test_pods_on_a_4_9_node_read_their_devices_in_nvdash_units() -> None:
     assert (mig.device, mig.utilization_pct, mig.idle) == ("GPU 1 · 3g.20gb #2", 25.0, True)
 
 
+def test_a_pod_listed_by_two_exporters_of_one_node_is_one_row() -> None:
+    # Two nvdash exporters on one node, one with --metrics-compat 4.9: the allocation arrives under both host labels.
+    pod = {"namespace": "research", "pod": "train", "container": "main", "resource": "nvidia.com/gpu",
+           "sharing": "whole"}
+    allocated = [labels("both", 0, "nvdash_pod_gpu_allocated", **pod),
+                 labels_4_9("both", 0, "nvdash_pod_gpu_allocated", **pod)]
+    (row,) = build_pods(allocated, [], [])
+    assert (row.hostname, row.pod, row.device) == ("both", "train", "GPU 0")
+
+
 def test_queries_name_each_family_under_both_namings() -> None:
     # Each family the overview reads, under 4.8's name and 4.9's; the host under either label.
     for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO", "DCGM_FI_DEV_FB_USED_BYTES",
