@@ -18,7 +18,7 @@ import json
 import shutil
 import subprocess
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +102,30 @@ def _pods(name: str, server: NvdashServer) -> list[Pod]:
 
 
 @contextmanager
+def run_prometheus(root: Path, targets: Sequence[str], *, rules: bool = True) -> Iterator[str]:
+    """A real Prometheus scraping ``targets`` (``host:port``) every second, its data under ``root``; yields its URL
+    once it is ready (not yet scraped)."""
+    config = root / "prometheus.yml"
+    rule_files = f"rule_files:\n  - {RULES}\n" if rules else ""
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n" + rule_files +
+        f"scrape_configs:\n  - job_name: nvdash\n    static_configs:\n      - targets: {json.dumps(list(targets))}\n"
+    )
+    port = free_port()
+    with (root / "prometheus.log").open("w") as log:
+        process = subprocess.Popen(
+            [prometheus_binary(), f"--config.file={config}", f"--storage.tsdb.path={root / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_for(lambda: status_of(url + "/-/ready"), lambda status: status == 200, timeout_s=60.0)
+            yield url
+        finally:
+            process.terminate()
+            process.wait(20)
+
+
+@contextmanager
 def prometheus_cluster(root: Path, *, central: bool = False, rules: bool = True) -> Iterator[Cluster]:
     """Start everything; Prometheus is ready (not yet scraped) when this yields."""
     with ExitStack() as stack:
@@ -121,21 +145,7 @@ def prometheus_cluster(root: Path, *, central: bool = False, rules: bool = True)
                          for ids in container.devices.values())
             wait_for(lambda s=server: allocations(s), lambda found, n=wanted: found == n, timeout_s=60.0)
         targets = [f"127.0.0.1:{server.port}" for server in nodes.values()]
-        config = root / "prometheus.yml"
-        rule_files = f"rule_files:\n  - {RULES}\n" if rules else ""
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n" + rule_files +
-            f"scrape_configs:\n  - job_name: nvdash\n    static_configs:\n      - targets: {json.dumps(targets)}\n"
-        )
-        port = free_port()
-        log = stack.enter_context((root / "prometheus.log").open("w"))
-        process = subprocess.Popen(
-            [prometheus_binary(), f"--config.file={config}", f"--storage.tsdb.path={root / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
-        stack.callback(process.wait, 20)
-        stack.callback(process.terminate)
-        url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: status_of(url + "/-/ready"), lambda status: status == 200, timeout_s=60.0)
+        url = stack.enter_context(run_prometheus(root, targets, rules=rules))
         view = None
         if central:
             view = stack.enter_context(nvdash_server(["--simulate", "none", "--no-history", "--prometheus", url]))

@@ -3,7 +3,11 @@ interface as the local history file, so the time range control and the timelines
 
 Each metric is read as three range queries (``avg_``, ``min_`` and ``max_over_time`` over the step's window), with
 a step chosen for the range (about :data:`TARGET_POINTS` points, never finer than :data:`MIN_STEP_S`), and turned
-back from dcgm-exporter's units into nvdash's.
+back from dcgm-exporter's units into nvdash's in the query itself.
+
+Each query reads the family under dcgm-exporter 4.8's name and 4.9's, with either host label, each in its own unit:
+``max by (gpu) (A or on (gpu) B ...)`` takes, at each step, the first naming that has the GPU, so a node exporting
+both is counted once and a node upgraded mid-range keeps one line per GPU.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nvdash.cluster.model import HOST_LABEL, MIB
+from nvdash.cluster.model import HOST_LABEL, HOST_LABELS, MIB, names, unit_back
 from nvdash.cluster.promapi import PrometheusClient
 from nvdash.history.query import GAP_STEPS, HistoryResult, Series, with_gaps
 from nvdash.sampling.records import GpuEvent
@@ -32,7 +36,21 @@ class PromMetric:
     """How a history metric reads from Prometheus: the family and the factor to nvdash's unit."""
 
     family: str
+    """dcgm-exporter 4.8's name (4.9's follows from :mod:`nvdash.metrics.compat`)."""
     scale: float = 1.0
+    """nvdash's unit per 4.8's unit."""
+
+    def namings(self) -> list[tuple[str, float, float]]:
+        """(family, multiplier, divisor) under each naming: the family's value * multiplier / divisor is in
+        nvdash's unit."""
+        found = []
+        for name in names(self.family):
+            _family, multiplier, divisor = unit_back(name)
+            multiplier *= self.scale
+            if multiplier == divisor:
+                multiplier = divisor = 1.0
+            found.append((name, multiplier, divisor))
+        return found
 
 
 METRICS: dict[str, PromMetric] = {
@@ -63,18 +81,33 @@ def quote(value: str) -> str:
 
 
 class PrometheusHistory:
-    """One node's past readings; ``hostname`` (its ``Hostname`` label) can be changed between queries."""
+    """One node's past readings; ``hostname`` (its ``Hostname`` or ``hostname`` label) can be changed between
+    queries."""
 
     def __init__(self, client: PrometheusClient, hostname: str = "") -> None:
         self.client = client
         self.hostname = hostname
 
-    def selector(self, family: str, gpus: Sequence[int] | None) -> str:
+    def selector(self, family: str, gpus: Sequence[int] | None, host_label: str = HOST_LABEL) -> str:
         """``family`` of this node's whole GPUs (MIG instances' series left out), optionally some GPUs only."""
-        matchers = [f"{HOST_LABEL}={quote(self.hostname)}", 'GPU_I_ID=""']
+        matchers = [f"{host_label}={quote(self.hostname)}", 'GPU_I_ID=""']
         if gpus is not None:
             matchers.append("gpu=~" + quote("|".join(str(int(gpu)) for gpu in gpus)))
         return f"{family}{{{', '.join(matchers)}}}"
+
+    def expression(self, function: str, metric: PromMetric, window: str, gpus: Sequence[int] | None) -> str:
+        """``function`` over ``window`` of the metric, in nvdash's unit, one series per GPU: each naming and host
+        label in turn, the first that has the GPU at a step giving its value."""
+        terms = []
+        for family, multiplier, divisor in metric.namings():
+            for label in HOST_LABELS:
+                term = f"{function}({self.selector(family, gpus, label)}[{window}])"
+                if multiplier != 1.0:
+                    term += f" * {float(multiplier)!r}"
+                if divisor != 1.0:
+                    term += f" / {float(divisor)!r}"
+                terms.append(term)
+        return "max by (gpu) (" + " or on (gpu) ".join(terms) + ")"
 
     def query(self, metrics: Sequence[str], start_s: float, end_s: float,
               gpus: Sequence[int] | None = None, step_s: float | None = None) -> HistoryResult:
@@ -93,12 +126,11 @@ class PrometheusHistory:
             metric = METRICS[name]
             parts: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
             for field_name, function in AGGREGATES:
-                answer = self.client.range(f"{function}({self.selector(metric.family, gpus)}[{window}])",
-                                           first, last, step)
+                answer = self.client.range(self.expression(function, metric, window, gpus), first, last, step)
                 for item in answer.series:
                     gpu = item.labels.get("gpu", "")
                     if gpu.isdigit():
-                        parts.setdefault(int(gpu), {})[field_name] = (item.time_s, item.values * metric.scale)
+                        parts.setdefault(int(gpu), {})[field_name] = (item.time_s, item.values)
             series[name] = {gpu: self._series(found, step) for gpu, found in sorted(parts.items())}
         return HistoryResult(start_s=start_s, end_s=end_s, step_s=step, resolution=f"Prometheus, {step:g} s steps",
                              series=series)

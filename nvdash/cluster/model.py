@@ -1,6 +1,10 @@
 """The cluster as Prometheus knows it: every node's GPUs with their newest readings and health, and the pods
 that hold them, rebuilt from the dcgm-exporter families every nvdash node exports.
 
+A node may export dcgm-exporter 4.8's names or 4.9's (``--metrics-compat 4.9``, or a real dcgm-exporter 4.9), and
+label its host ``Hostname`` or ``hostname``. Every reading is read back here into 4.8's name and unit (the one
+mapping of :mod:`nvdash.metrics.compat`, inverted), so the rest of the cluster view keeps one vocabulary.
+
 Health is nvdash's own rules (:mod:`nvdash.health.status`) applied to readings turned back from dcgm-exporter's
 units into nvdash's records, so a GPU is judged the same on its node's pages and on the cluster's.
 """
@@ -13,32 +17,75 @@ from dataclasses import dataclass, field
 
 from nvdash.health.status import Finding, GpuHealth, Status, evaluate_gpu, worst
 from nvdash.health.xid import xid_info
+from nvdash.metrics.compat import LABEL_RENAMES_4_9, RENAMES_4_9
 from nvdash.sampling.records import GpuInfo, GpuSample
 
 MIB = 1024 * 1024
 HOST_LABEL = "Hostname"
+HOST_LABELS = (HOST_LABEL, LABEL_RENAMES_4_9[HOST_LABEL])
+"""The host's label: dcgm-exporter's ``Hostname`` up to 4.8.2, ``hostname`` from 4.8.3 and in 4.9."""
+FROM_4_9: Mapping[str, tuple[str, float, float]] = {
+    rename.name: (family, rename.divisor, rename.factor) for family, rename in RENAMES_4_9.items()}
+"""dcgm-exporter 4.9 family -> (its 4.8 name, multiplier, divisor): 4.9's value * multiplier / divisor is in 4.8's
+unit."""
+
+
+def names(family: str) -> tuple[str, ...]:
+    """A 4.8 family's names under every naming, 4.8's first (one name where 4.9 kept it)."""
+    rename = RENAMES_4_9.get(family)
+    return (family,) if rename is None or rename.name == family else (family, rename.name)
+
+
+def unit_back(name: str) -> tuple[str, float, float]:
+    """(4.8 name, multiplier, divisor) of the family named ``name`` under either naming."""
+    return FROM_4_9.get(name, (name, 1.0, 1.0))
+
+
+def reading(name: str, value: float) -> tuple[str, float]:
+    """A sample's family under 4.8's name and its value in 4.8's unit (MiB, MHz, %, mJ)."""
+    family, multiplier, divisor = unit_back(name)
+    return family, value * multiplier / divisor
+
+
+def host_of(labels: Mapping[str, str]) -> str | None:
+    """A series' host, whichever of the two host labels it carries."""
+    for label in HOST_LABELS:
+        if label in labels:
+            return labels[label]
+    return None
+
+
+def _either(families: Iterable[str]) -> str:
+    """A ``__name__`` regex matching the families under both namings."""
+    return "|".join(name for family in families for name in names(family))
+
 SEEN_WINDOW = "1h"
 """A GPU seen within this window but silent now is listed as not reporting."""
 
 GAUGES = (
     "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED",
     "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_SLOWDOWN_TEMP", "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    "DCGM_FI_DEV_XID_ERRORS",
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
     "DCGM_FI_DEV_PCIE_LINK_GEN", "DCGM_FI_DEV_PCIE_LINK_WIDTH", "DCGM_FI_DEV_PCIE_MAX_LINK_GEN",
     "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "nvdash_gpu_lost",
 )
-"""The per-GPU families the overview reads (one instant query for all of them)."""
+"""The per-GPU families the overview reads (one instant query for all of them, under both namings: a node exporting
+both gives each reading twice, read back to one value per family)."""
 
-GPU_QUERY = '{__name__=~"' + "|".join(GAUGES) + '", GPU_I_ID=""}'
-SEEN_QUERY = (f"group by ({HOST_LABEL}, gpu, UUID, modelName) (last_over_time(DCGM_FI_DEV_GPU_TEMP[{SEEN_WINDOW}]) "
-              f"or last_over_time(nvdash_gpu_lost[{SEEN_WINDOW}]))")
+GPU_QUERY = '{__name__=~"' + _either(GAUGES) + '", GPU_I_ID=""}'
+SEEN_QUERY = (f"group by ({', '.join(HOST_LABELS)}, gpu, UUID, modelName) ("
+              + " or ".join(f"last_over_time({name}[{SEEN_WINDOW}])"
+                            for name in (*names("DCGM_FI_DEV_GPU_TEMP"), "nvdash_gpu_lost")) + ")")
+"""Every GPU of the last hour (a node exporting both namings is one GPU per node and index in the model)."""
 ALLOCATED_QUERY = "nvdash_pod_gpu_allocated"
-POD_VALUES_QUERY = ('{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_PROF_GR_ENGINE_ACTIVE", '
-                    'pod!=""}')
+POD_VALUES_QUERY = ('{__name__=~"' + _either(("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED",
+                                              "DCGM_FI_PROF_GR_ENGINE_ACTIVE")) + '", pod!=""}')
 IDLE_WINDOW = "30m"
-IDLE_QUERY = (f"min_over_time(nvdash_pod_gpu_idle[{IDLE_WINDOW}]) == 1 "
-              f'or max_over_time(DCGM_FI_DEV_GPU_UTIL{{pod!=""}}[{IDLE_WINDOW}]) == 0')
+IDLE_QUERY = " or ".join((f"min_over_time(nvdash_pod_gpu_idle[{IDLE_WINDOW}]) == 1",
+                          *(f'max_over_time({name}{{pod!=""}}[{IDLE_WINDOW}]) == 0'
+                            for name in names("DCGM_FI_DEV_GPU_UTIL"))))
 """The allocations idle at every scrape of the last 30 minutes (or since first scraped): no process of the pod
 on the device, or the device at 0 % utilization."""
 MIG_SLICES = 7
@@ -47,7 +94,8 @@ MIG_SLICES = 7
 
 @dataclass(frozen=True)
 class ClusterGpu:
-    """One GPU of one node: identity, newest readings (dcgm-exporter's names and units) and health."""
+    """One GPU of one node: identity, newest readings (dcgm-exporter 4.8's names and units, whichever naming the node
+    exports) and health."""
 
     hostname: str
     index: int
@@ -165,7 +213,12 @@ def _index(label: str) -> int | None:
 
 
 def gpu_records(index: int, model: str, uuid: str, values: Mapping[str, float]) -> tuple[GpuInfo, GpuSample]:
-    """dcgm-exporter's readings of one GPU as nvdash's records (the fields the health rules read)."""
+    """dcgm-exporter's readings of one GPU (4.8's names and units) as nvdash's records (the fields the health rules
+    read, and the power limits).
+
+    ``power_limit_w`` is the enforced limit, ``DCGM_FI_DEV_ENFORCED_POWER_LIMIT``; an exporter without it (a plain
+    dcgm-exporter exports it only when its counters file asks) gives the requested ``DCGM_FI_DEV_POWER_MGMT_LIMIT``
+    instead, the enforced limit's upper bound, and neither: ``None``."""
     def get(name: str) -> float | None:
         return _float(values.get(name))
 
@@ -178,6 +231,7 @@ def gpu_records(index: int, model: str, uuid: str, values: Mapping[str, float]) 
     if get("nvdash_gpu_lost") == 1.0:
         return info, GpuSample(index=index, lost=True)
     pending, failure = get("DCGM_FI_DEV_ROW_REMAP_PENDING"), get("DCGM_FI_DEV_ROW_REMAP_FAILURE")
+    enforced, requested = get("DCGM_FI_DEV_ENFORCED_POWER_LIMIT"), get("DCGM_FI_DEV_POWER_MGMT_LIMIT")
     sample = GpuSample(
         index=index,
         utilization_pct=get("DCGM_FI_DEV_GPU_UTIL"),
@@ -187,7 +241,8 @@ def gpu_records(index: int, model: str, uuid: str, values: Mapping[str, float]) 
         temperature_c=get("DCGM_FI_DEV_GPU_TEMP"),
         memory_temperature_c=get("DCGM_FI_DEV_MEMORY_TEMP"),
         power_w=get("DCGM_FI_DEV_POWER_USAGE"),
-        power_limit_w=get("DCGM_FI_DEV_POWER_MGMT_LIMIT"),
+        power_limit_w=enforced if enforced is not None else requested,
+        power_management_limit_w=requested,
         clock_event_reasons=_int(get("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")),
         ecc_uncorrected_volatile=_int(get("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")),
         remap_pending=None if pending is None else pending > 0,
@@ -218,7 +273,7 @@ def gpu_health(index: int, model: str, uuid: str, values: Mapping[str, float], n
 
 
 def _gpu_key(labels: Mapping[str, str]) -> tuple[str, str] | None:
-    host, gpu = labels.get(HOST_LABEL), labels.get("gpu")
+    host, gpu = host_of(labels), labels.get("gpu")
     if host is None or gpu is None or _index(gpu) is None:
         return None
     return host, gpu
@@ -226,7 +281,8 @@ def _gpu_key(labels: Mapping[str, str]) -> tuple[str, str] | None:
 
 def build_gpus(current: Iterable[tuple[Mapping[str, str], float]], seen: Iterable[Mapping[str, str]],
                now_s: float) -> tuple[ClusterGpu, ...]:
-    """The GPUs from the overview's instant query (``__name__`` on each sample) and the last hour's GPU list."""
+    """The GPUs from the overview's instant query (``__name__`` on each sample, either naming) and the last hour's GPU
+    list."""
     gpus: dict[tuple[str, str], _Gpu] = {}
     for labels, number in current:
         key = _gpu_key(labels)
@@ -234,7 +290,8 @@ def build_gpus(current: Iterable[tuple[Mapping[str, str], float]], seen: Iterabl
         if key is None or name is None:
             continue
         gpu = gpus.setdefault(key, _Gpu(dict(labels)))
-        gpu.values[name] = number
+        family, value = reading(name, number)
+        gpu.values[family] = value
     for labels in seen:
         key = _gpu_key(labels)
         if key is not None and key not in gpus:
@@ -252,23 +309,27 @@ PodKey = tuple[str, str, str, str, str, str]
 
 
 def _pod_key(labels: Mapping[str, str]) -> PodKey:
-    return (labels.get(HOST_LABEL, ""), labels.get("namespace", ""), labels.get("pod", ""),
+    return (host_of(labels) or "", labels.get("namespace", ""), labels.get("pod", ""),
             labels.get("container", ""), labels.get("gpu", ""), labels.get("GPU_I_ID", ""))
 
 
 def build_pods(allocated: Iterable[Mapping[str, str]], values: Iterable[tuple[Mapping[str, str], float]],
                idle: Iterable[tuple[Mapping[str, str], float]]) -> tuple[ClusterPod, ...]:
-    """One row per pod allocation, with its device's utilization and memory and whether it sat idle."""
+    """One row per pod allocation (once, though two exporters of one node, under either naming, list it), with its
+    device's utilization and memory and whether it sat idle."""
     readings: dict[PodKey, dict[str, float]] = {}
     for labels, number in values:
-        readings.setdefault(_pod_key(labels), {})[labels.get("__name__", "")] = number
+        family, value = reading(labels.get("__name__", ""), number)
+        readings.setdefault(_pod_key(labels), {})[family] = value
     idle_keys = {_pod_key(labels) for labels, _number in idle}
     rows = []
+    listed: set[PodKey] = set()
     for labels in allocated:
         key = _pod_key(labels)
         gpu = _index(labels.get("gpu", ""))
-        if gpu is None or not key[2]:
+        if gpu is None or not key[2] or key in listed:
             continue
+        listed.add(key)
         found = readings.get(key, {})
         util = found.get("DCGM_FI_DEV_GPU_UTIL")
         if util is None and "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in found:

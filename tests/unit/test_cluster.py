@@ -11,6 +11,10 @@ import pytest
 
 from nvdash.cluster.history import MIN_STEP_S, PrometheusHistory, choose_step, quote
 from nvdash.cluster.model import (
+    GPU_QUERY,
+    IDLE_QUERY,
+    POD_VALUES_QUERY,
+    SEEN_QUERY,
     ClusterPod,
     build_gpus,
     build_pods,
@@ -55,6 +59,25 @@ def test_readings_turn_back_into_nvdash_units() -> None:
     assert (info.pcie_generation, info.pcie_width, info.temperature_slowdown_c) == (5, 16, 87.0)
     assert sample.remap_pending is False
     assert sample.lost is False
+
+
+def test_the_enforced_limit_and_the_requested_one_are_kept_apart() -> None:
+    # DCGM_FI_DEV_ENFORCED_POWER_LIMIT is what the driver enforces after every limiter (a 450 W cap here);
+    # DCGM_FI_DEV_POWER_MGMT_LIMIT the management limit requested (700 W).
+    both = {**HEALTHY, "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": 450.0, "DCGM_FI_DEV_POWER_MGMT_LIMIT": 700.0}
+    _info, sample = gpu_records(0, "H100", "GPU-x", both)
+    assert (sample.power_limit_w, sample.power_management_limit_w) == (450.0, 700.0)
+    # A plain dcgm-exporter whose counters file lists only the management limit: the enforced one falls back to it.
+    _info, plain = gpu_records(0, "H100", "GPU-x", {**HEALTHY, "DCGM_FI_DEV_POWER_MGMT_LIMIT": 700.0})
+    assert (plain.power_limit_w, plain.power_management_limit_w) == (700.0, 700.0)
+    # dcgm-exporter's default counters have neither: unknown, and the GPU is still judged.
+    _info, neither = gpu_records(0, "H100", "GPU-x", HEALTHY)
+    assert (neither.power_limit_w, neither.power_management_limit_w) == (None, None)
+    assert gpu_health(0, "H100", "GPU-x", HEALTHY, NOW).status is Status.OK
+    # Read from Prometheus's answer with every other reading.
+    current = [(labels("node-a", 0, name), value) for name, value in both.items()]
+    (gpu,) = build_gpus(current, [], NOW)
+    assert (gpu.value("DCGM_FI_DEV_ENFORCED_POWER_LIMIT"), gpu.value("DCGM_FI_DEV_POWER_MGMT_LIMIT")) == (450.0, 700.0)
 
 
 def test_a_healthy_gpu_is_ok_and_each_problem_is_found() -> None:
@@ -134,6 +157,91 @@ def test_pods_join_their_allocation_readings_and_idleness() -> None:
     assert mig.idle is True
 
 
+HEALTHY_4_9 = {
+    # dcgm-exporter 4.9's names for the same readings, in its units: utilization a 0-1 ratio, framebuffer in bytes.
+    "DCGM_FI_DEV_GPU_UTIL_RATIO": 0.73, "DCGM_FI_DEV_FB_USED_BYTES": 40960.0 * MIB,
+    "DCGM_FI_DEV_FB_FREE_BYTES": 39980.0 * MIB, "DCGM_FI_DEV_FB_RESERVED_BYTES": 539.0 * MIB,
+    "DCGM_FI_DEV_GPU_TEMP_CELSIUS": 54.0, "DCGM_FI_DEV_SLOWDOWN_TEMP": 87.0, "DCGM_FI_DEV_BOARD_POWER_WATTS": 512.5,
+    "DCGM_FI_DEV_XID_ERROR": 0.0, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0.0, "DCGM_FI_DEV_ROW_REMAP_PENDING": 0.0,
+    "DCGM_FI_DEV_ROW_REMAP_FAILED": 0.0, "DCGM_FI_DEV_PCIE_LINK_GEN": 5.0, "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": 5.0,
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH": 16.0, "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": 16.0,
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": 0.0, "nvdash_gpu_lost": 0.0,
+}
+
+
+def labels_4_9(host: str, gpu: int, name: str | None = None, **extra: str) -> dict[str, str]:
+    """A series' labels as dcgm-exporter 4.9 writes them: the host under ``hostname``."""
+    found = labels(host, gpu, name, **extra)
+    found["hostname"] = found.pop("Hostname")
+    return found
+
+
+def test_a_node_with_4_9_names_reads_as_one_with_4_8_names() -> None:
+    current = [(labels("old", 0, name), value) for name, value in HEALTHY.items()]
+    current += [(labels_4_9("new", 0, name), value) for name, value in HEALTHY_4_9.items()]
+    # XID 48 on GPU 1 of each: DCGM_FI_DEV_XID_ERRORS in 4.8, DCGM_FI_DEV_XID_ERROR in 4.9.
+    current += [(labels("old", 1, "DCGM_FI_DEV_XID_ERRORS"), 48.0),
+                (labels_4_9("new", 1, "DCGM_FI_DEV_XID_ERROR"), 48.0)]
+    seen = [labels_4_9("new", 2)]
+    gpus = build_gpus(current, seen, NOW)
+    assert [(gpu.hostname, gpu.index, gpu.reporting) for gpu in gpus] == [
+        ("new", 0, True), ("new", 1, True), ("new", 2, False), ("old", 0, True), ("old", 1, True)]
+    new, old = gpus[0], gpus[3]
+    assert new.values == pytest.approx(old.values)
+    assert new.utilization_pct == pytest.approx(73.0)
+    assert new.memory_used_bytes == 40960 * MIB
+    assert new.memory_total_bytes == (40960 + 39980 + 539) * MIB
+    assert new.health == old.health
+    assert new.health.status is Status.OK
+    assert gpus[1].health.findings[0].text == gpus[4].health.findings[0].text
+    assert gpus[1].health.findings[0].text.startswith("last XID 48: ")
+
+
+def test_a_node_exporting_both_namings_is_one_gpu_with_one_value_per_reading() -> None:
+    current = [(labels("both", 0, name), value) for name, value in HEALTHY.items()]
+    current += [(labels_4_9("both", 0, name), value) for name, value in HEALTHY_4_9.items()]
+    seen = [labels("both", 0), labels_4_9("both", 0)]
+    (gpu,) = build_gpus(current, seen, NOW)
+    assert gpu.values == pytest.approx(HEALTHY)
+    assert gpu.memory_used_bytes == 40960 * MIB
+
+
+def test_pods_on_a_4_9_node_read_their_devices_in_nvdash_units() -> None:
+    pod = {"namespace": "research", "pod": "train", "container": "main"}
+    allocated = [labels_4_9("new", 0, "nvdash_pod_gpu_allocated", resource="nvidia.com/gpu", sharing="whole", **pod),
+                 labels_4_9("new", 1, "nvdash_pod_gpu_allocated", resource="nvidia.com/mig-3g.20gb", sharing="mig",
+                            GPU_I_PROFILE="3g.20gb", GPU_I_ID="2", **pod)]
+    values = [(labels_4_9("new", 0, "DCGM_FI_DEV_GPU_UTIL_RATIO", **pod), 0.88),
+              (labels_4_9("new", 0, "DCGM_FI_DEV_FB_USED_BYTES", **pod), 1024.0 * MIB),
+              (labels_4_9("new", 1, "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", GPU_I_ID="2", **pod), 0.25)]
+    idle = [(labels_4_9("new", 1, GPU_I_ID="2", **pod), 1.0)]
+    whole, mig = build_pods(allocated, values, idle)
+    assert (whole.hostname, whole.device, whole.memory_used_bytes, whole.idle) == ("new", "GPU 0", 1024 * MIB, False)
+    assert whole.utilization_pct == pytest.approx(88.0)
+    assert (mig.device, mig.utilization_pct, mig.idle) == ("GPU 1 · 3g.20gb #2", 25.0, True)
+
+
+def test_a_pod_listed_by_two_exporters_of_one_node_is_one_row() -> None:
+    # Two nvdash exporters on one node, one with --metrics-compat 4.9: the allocation arrives under both host labels.
+    pod = {"namespace": "research", "pod": "train", "container": "main", "resource": "nvidia.com/gpu",
+           "sharing": "whole"}
+    allocated = [labels("both", 0, "nvdash_pod_gpu_allocated", **pod),
+                 labels_4_9("both", 0, "nvdash_pod_gpu_allocated", **pod)]
+    (row,) = build_pods(allocated, [], [])
+    assert (row.hostname, row.pod, row.device) == ("both", "train", "GPU 0")
+
+
+def test_queries_name_each_family_under_both_namings() -> None:
+    # Each family the overview reads, under 4.8's name and 4.9's; the host under either label.
+    for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO", "DCGM_FI_DEV_FB_USED_BYTES",
+                 "DCGM_FI_DEV_XID_ERROR", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "DCGM_FI_DEV_POWER_MGMT_LIMIT"):
+        assert f"|{name}|" in GPU_QUERY.replace('"', "|")
+    assert "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO" in POD_VALUES_QUERY
+    assert "DCGM_FI_DEV_GPU_UTIL_RATIO" in IDLE_QUERY
+    assert SEEN_QUERY.startswith("group by (Hostname, hostname, gpu, UUID, modelName) (")
+    assert "last_over_time(DCGM_FI_DEV_GPU_TEMP_CELSIUS[1h])" in SEEN_QUERY
+
+
 def pod(sharing: str, gpu: int = 0, host: str = "n", profile: str = "") -> ClusterPod:
     return ClusterPod(host, "ns", f"p-{sharing}-{gpu}-{profile}", "c", gpu, "GPU-x", "r", sharing, profile)
 
@@ -158,6 +266,8 @@ def test_selectors_quote_label_values() -> None:
     history = PrometheusHistory(PrometheusClient("http://127.0.0.1:1"), 'node "x"')
     assert history.selector("DCGM_FI_DEV_GPU_UTIL", [0, 3]) == (
         'DCGM_FI_DEV_GPU_UTIL{Hostname="node \\"x\\"", GPU_I_ID="", gpu=~"0|3"}')
+    assert history.selector("DCGM_FI_DEV_GPU_UTIL", None, "hostname") == (
+        'DCGM_FI_DEV_GPU_UTIL{hostname="node \\"x\\"", GPU_I_ID=""}')
     with pytest.raises(ValueError, match="not read from Prometheus"):
         history.query(["nvlink_bytes_per_s"], 0, 10)
 
