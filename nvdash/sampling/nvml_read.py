@@ -47,6 +47,9 @@ VIOLATION_POLICIES = {
     "violation_reliability_ns": 5,  # NVML_PERF_POLICY_RELIABILITY
 }
 """Sample field -> ``nvmlPerfPolicyType_t``."""
+PERF_POLICY_FIELD_FIRST = 74
+"""``NVML_FI_DEV_PERF_POLICY_POWER``: the perf policy counters are fields 74 to 79 in ``nvmlPerfPolicyType_t``'s
+order, each NVML's violation time in ns."""
 PCIE_COUNTER_BOUND_BYTES_PER_S = 256e9
 """Above any PCIe link's rate (6.0 x16 carries about 121 GB/s per direction): a PCIe byte counter whose implied
 rate exceeds it was reset, not wrapped."""
@@ -259,12 +262,37 @@ class DeviceReader:
         nvml = self._nvml
         limit_mw = self._get(device, "power_management_limit", nvml.nvmlDeviceGetPowerManagementLimit)
         values: dict[str, Any] = {"power_management_limit_w": limit_mw / 1000.0 if limit_mw is not None else None}
-        for name, policy in VIOLATION_POLICIES.items():
-            status = self._get(device, name, nvml.nvmlDeviceGetViolationStatus, policy)
-            values[name] = int(status.violationTime) if status is not None else None
+        values.update(self._violations(device))
         for name in NVLINK_ERROR_COUNTERS:
             counts = [count for link in links if (count := getattr(link, name)) is not None]
             values[f"nvlink_{name}"] = sum(counts) if counts else None
+        return values
+
+    def _violations(self, device: Device) -> dict[str, int | None]:
+        """The throttle-time counters: NVML's perf policy fields in one field-values call, as NVML asks now that it
+        deprecates ``nvmlDeviceGetViolationStatus``; that call for a field the driver does not answer."""
+        nvml = self._nvml
+        wanted = [name for name in VIOLATION_POLICIES if self._caller.supported(device, f"{name}_field")]
+        fields: dict[str, int] = {}
+        if wanted:
+            ids = [(PERF_POLICY_FIELD_FIRST + VIOLATION_POLICIES[name], 0) for name in wanted]
+            answer = self._get(device, "violation_fields", nvml.nvmlDeviceGetFieldValues, ids)
+            if answer is None and not self._caller.supported(device, "violation_fields"):
+                device.unsupported.update(f"{name}_field" for name in wanted)
+            for name, value in zip(wanted, answer or (), strict=False):
+                if value.nvmlReturn == nvml.NVML_SUCCESS:
+                    fields[name] = int(value.value.ullVal)
+                else:
+                    device.unsupported.add(f"{name}_field")
+        values: dict[str, int | None] = {}
+        for name, policy in VIOLATION_POLICIES.items():
+            if name in fields:
+                values[name] = fields[name]
+            elif self._caller.supported(device, f"{name}_field"):
+                values[name] = None  # the field call failed this time: ask again at the next slow reading
+            else:
+                status = self._get(device, name, nvml.nvmlDeviceGetViolationStatus, policy)
+                values[name] = int(status.violationTime) if status is not None else None
         return values
 
     def _link(self, device: Device, link: int) -> NvLinkSample:

@@ -171,6 +171,9 @@ NVML_DEVICE_ARCH_HOPPER: Final = 9
 NVML_DEVICE_ARCH_BLACKWELL: Final = 10
 
 # Field ids (nvmlFieldValue_t.fieldId)
+NVML_FI_DEV_PERF_POLICY_POWER: Final = 74
+"""The first perf policy counter (nvml.h: 74 power ... 79 reliability, in ``nvmlPerfPolicyType_t``'s order)."""
+NVML_FI_DEV_PERF_POLICY_RELIABILITY: Final = 79
 NVML_FI_DEV_MEMORY_TEMP: Final = 82
 NVML_FI_DEV_NVLINK_GET_SPEED: Final = 164
 

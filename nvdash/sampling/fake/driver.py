@@ -107,6 +107,8 @@ class FakeDriver:
         self.counters = LoadCounters(self.workload)
         self._uuids = [gpu_uuid(profile.name, seed, i) for i in range(profile.gpu_count)]
         self.names: dict[int, str] = {}
+        self.unanswered_fields: set[int] = set()
+        """Field ids the simulated driver answers NOT_SUPPORTED (a driver that lacks them)."""
         """Product names that replace the profile's, by device (see the ``name`` fault)."""
         self._handle_storage = [ctypes.create_string_buffer(8) for _ in range(profile.gpu_count)]
         self._devices = {ctypes.addressof(buf): i for i, buf in enumerate(self._handle_storage)}
@@ -690,6 +692,15 @@ class FakeDriver:
                 return c.NVML_ERROR_NOT_SUPPORTED
             entry.valueType = c.NVML_VALUE_TYPE_UNSIGNED_INT
             value = profile.nvlink_speed_mbps if self.health.nvlink_active(device, scope) else 0
+        elif c.NVML_FI_DEV_PERF_POLICY_POWER <= field_id <= c.NVML_FI_DEV_PERF_POLICY_RELIABILITY:
+            # The perf policy counters: NVML's violation time in ns (what nvmlDeviceGetViolationStatus, which NVML
+            # deprecates in their favour, answers as violationTime).
+            policy = field_id - c.NVML_FI_DEV_PERF_POLICY_POWER
+            if field_id in self.unanswered_fields or policy not in VIOLATION_REASONS:
+                return c.NVML_ERROR_NOT_SUPPORTED
+            if policy not in self.profile.violation_policies:
+                return c.NVML_ERROR_NOT_SUPPORTED
+            value = self.workload.violation_ns(device, policy, t)
         elif field_id == c.NVML_FI_DEV_MEMORY_TEMP:
             if not profile.temperature_memory_max_c:
                 return c.NVML_ERROR_NOT_SUPPORTED

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from . import constants as c
 from .cargs import as_int
@@ -136,6 +136,11 @@ class FakeNvmlLibrary:
             raise ValueError(f"seconds must be >= 0, got {seconds}")
         function = check_function(function, self._specs)
         self._add(Fault("slow", function=function, seconds=seconds, device=self._device(device)))
+
+    def drop_fields(self, field_ids: Iterable[int]) -> None:
+        """Make ``nvmlDeviceGetFieldValues`` answer these field ids NOT_SUPPORTED, as a driver without them does."""
+        with self._lock:
+            self._driver.unanswered_fields.update(field_ids)
 
     def wrap_pcie_counters(self, at_s: float, bits: int = 32) -> None:
         """Make the PCIe byte counters count modulo ``2**bits`` and wrap to 0 at ``at_s`` s after start."""
