@@ -9,6 +9,7 @@ import types
 import typing
 from typing import Any
 
+from nvdash.sampling.nvml_probe import NVLINK_LINK_BYTES_PER_S
 from nvdash.sampling.records import GpuInfo, HostInfo, Inventory
 
 
@@ -57,6 +58,21 @@ def _known(cls: type[Any], fields: Any) -> dict[str, Any]:
     return known
 
 
+def _nvlink_rates_apart(known: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """An inventory written before the NVLink data and signalling rates were apart carried the driver's speed field
+    (the signalling rate) as the link rate where the driver answered it: move it, and put the generation's data
+    rate in its place, so an older recording's percentages are of the data rate too."""
+    if "nvlink_signalling_max_bytes_per_s" in fields or not known.get("nvlink_speed_from_driver"):
+        return known
+    known["nvlink_link_signalling_bytes_per_s"] = known.get("nvlink_link_bytes_per_s")
+    known["nvlink_signalling_max_bytes_per_s"] = known.get("nvlink_max_bytes_per_s")
+    data_rate = NVLINK_LINK_BYTES_PER_S.get(str(known.get("nvlink_version")))
+    known["nvlink_link_bytes_per_s"] = data_rate
+    links = known.get("nvlink_links")
+    known["nvlink_max_bytes_per_s"] = data_rate * links if data_rate is not None and isinstance(links, int) else None
+    return known
+
+
 def loads(text: str) -> Inventory:
     """The inventory written by :func:`dumps`; raises ``ValueError`` when the text is not one."""
     try:
@@ -64,7 +80,7 @@ def loads(text: str) -> Inventory:
         host = HostInfo(**_known(HostInfo, data["host"]))
         gpus = []
         for fields in data.get("gpus", []):
-            known = _known(GpuInfo, fields)
+            known = _nvlink_rates_apart(_known(GpuInfo, fields), fields)
             known["nvlink_active_links"] = tuple(known.get("nvlink_active_links", ()))
             gpus.append(GpuInfo(**known))
         rest = _known(Inventory, data)

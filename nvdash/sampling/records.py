@@ -44,7 +44,8 @@ class GpuInfo:
     nvlink_to_switch: bool = False
     """Whether the links lead to NVSwitches (every link NVML knows is then meant to be up)."""
     nvlink_speed_from_driver: bool = False
-    """Whether ``nvlink_link_bytes_per_s`` came from the driver (``NVML_FI_DEV_NVLINK_GET_SPEED``)."""
+    """Whether the driver answered its speed field (``NVML_FI_DEV_NVLINK_GET_SPEED``), which gives
+    ``nvlink_link_signalling_bytes_per_s``."""
     temperature_slowdown_c: float | None = None
     temperature_shutdown_c: float | None = None
     temperature_gpu_max_c: float | None = None

@@ -38,6 +38,23 @@ def test_fields_of_another_version_are_left_out_or_defaulted() -> None:
     assert inventory.gpus[0].fan_count is None
 
 
+def test_an_older_recording_of_an_h100_gets_nvlinks_data_rate_as_its_maximum() -> None:
+    """Before the data and signalling rates were apart, the link rate was the driver's speed field where it answered
+    (H100: 26,562 MB/s, the signalling rate). NVIDIA's figure for H100 NVLink 4: 25 GB/s per link and direction."""
+    data = json.loads(_inventory_text())
+    for gpu in data["gpus"]:
+        for name in ("nvlink_link_signalling_bytes_per_s", "nvlink_signalling_max_bytes_per_s"):
+            del gpu[name]
+        gpu["nvlink_link_bytes_per_s"] = 26562e6
+        gpu["nvlink_max_bytes_per_s"] = 18 * 26562e6
+        gpu["nvlink_speed_from_driver"] = True
+    gpu = inventory_json.loads(json.dumps(data)).gpus[0]
+    assert (gpu.nvlink_link_bytes_per_s, gpu.nvlink_max_bytes_per_s) == (25e9, 18 * 25e9)
+    assert (gpu.nvlink_link_signalling_bytes_per_s, gpu.nvlink_signalling_max_bytes_per_s) == (26562e6, 18 * 26562e6)
+    current = inventory_json.loads(_inventory_text()).gpus[0]
+    assert current.nvlink_max_bytes_per_s == 18 * 25e9, "a recording of this version is read as written"
+
+
 @pytest.mark.parametrize(("path", "value", "message"), [
     (("topology",), None, "Inventory.topology is null"),
     (("topology",), [1], "Inventory.topology is [1]"),
