@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nvdash.sampling.fake import FakeNvmlLibrary
-from tests.conftest import get_json, http_get, nvdash_server, wait_for
+from tests.conftest import free_port, get_json, http_get, nvdash_env, nvdash_server, wait_for
 
 FAST = ["--interval", "0.25", "--process-interval", "0.5"]
 MIG_OFF_AT_S = 12.0
@@ -156,3 +158,15 @@ def test_pcie_rates_stay_within_the_link_across_32_bit_wraps(tmp_path: Path) -> 
         assert tx
         assert all(0 <= row.value <= maximum for row in tx)
         assert server.health()["sampler"]["relearned"] == 0, "a wrap is no driver reload"
+
+
+def test_a_mig_fault_on_a_profile_without_mig_stops_the_server_with_one_line() -> None:
+    command = [sys.executable, "-m", "nvdash", "--simulate", "t4", "--port", str(free_port()), "--no-history"]
+    done = subprocess.run(command, env=nvdash_env({"NVDASH_FAKE_FAULTS": "driver_reload@5;mig:0:off@3"}),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("nvdash: error: bad NVML fault 'mig:0:off@3': profile 't4' has GPUs without MIG "
+                               "support; expected ITEM[;ITEM...]")
