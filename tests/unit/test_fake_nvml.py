@@ -558,6 +558,9 @@ def test_mig_fault_turns_mig_off_and_on_at_its_time(install: Install, clock: Fak
         ("dgx-h100", "pcie_wrap:32:1", "unknown fault or wrong number of fields"),
         ("dgx-h100", "driver_reload:0", "unknown fault or wrong number of fields"),
         ("dgx-h100", "driver_reload@later", "time 'later' is not a number"),
+        ("dgx-h100", "driver_reload@3;driver_reload@9", "only one driver_reload per spec"),
+        ("dgx-h100", "pcie_wrap;pcie_wrap:16@4", "only one pcie_wrap per spec"),
+        ("dgx-h100", "driver_reload@3;pcie_wrap", "pcie_wrap and driver_reload cannot be combined"),
         ("a100-mig", "mig:0:maybe", "MIG mode 'maybe' must be on or off"),
         ("a100-mig", "mig:0", "unknown fault or wrong number of fields"),
         ("a100-mig", "mig:2:off", "device 2 out of range: the profile has 2 GPU(s)"),
@@ -574,7 +577,7 @@ def test_bad_new_fault_items_get_one_line_naming_the_fault(
         fake.apply_faults(f"lose:0@1;{spec}")
     text = str(caught.value)
     assert "\n" not in text
-    assert text.startswith(f"bad NVML fault {spec!r}: {message}; expected ITEM")
+    assert text.startswith(f"bad NVML fault {spec.rsplit(';', maxsplit=1)[-1]!r}: {message}; expected ITEM")
     assert "pcie_wrap[:BITS], driver_reload or mig:DEVICE:on|off" in text
     clock.at(2.0)
     assert pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0)), "nothing of a rejected spec is applied"

@@ -178,20 +178,37 @@ def parse_faults(
     ``pcie_wrap[:BITS]`` makes the PCIe byte counters count modulo ``2**BITS`` (default 32) from 0 at ``@SECONDS``
     (so they wrap every ``2**BITS`` bytes moved); ``driver_reload`` reloads the driver at ``@SECONDS`` (the PCIe byte
     and energy counters start over from 0); ``mig:DEVICE:on|off`` turns ``DEVICE``'s MIG mode on (with the profile's
-    layout for it) or off, on a profile ``mig`` says supports MIG.
+    layout for it) or off, on a profile ``mig`` says supports MIG. A spec holds at most one of ``pcie_wrap`` and
+    ``driver_reload``.
 
     Raises ValueError with a one-line message naming the bad item; nothing is applied then.
     """
-    faults = []
+    faults: list[Fault] = []
     for raw in spec.split(";"):
         item = raw.strip()
         if not item:
             continue
         try:
-            faults.append(_parse_item(item, functions, gpu_count, mig))
+            fault = _parse_item(item, functions, gpu_count, mig)
+            _check_counter_faults(fault, faults)
         except ValueError as error:
             raise ValueError(f"bad NVML fault {item!r}: {error}; {SPEC_SYNTAX}") from None
+        faults.append(fault)
     return faults
+
+
+_COUNTER_FAULTS = ("pcie_wrap", "driver_reload")
+
+
+def _check_counter_faults(fault: Fault, earlier: list[Fault]) -> None:
+    """The simulated counters hold one wrap or one reload (a wrapped counter does not restart): refuse a second."""
+    if fault.kind not in _COUNTER_FAULTS:
+        return
+    for other in earlier:
+        if other.kind == fault.kind:
+            raise ValueError(f"only one {fault.kind} per spec")
+        if other.kind in _COUNTER_FAULTS:
+            raise ValueError("pcie_wrap and driver_reload cannot be combined")
 
 
 class FaultState:
