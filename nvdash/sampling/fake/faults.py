@@ -163,6 +163,20 @@ def _parse_item(item: str, functions: Collection[str], gpu_count: int, mig: MigS
     raise ValueError("unknown fault or wrong number of fields")
 
 
+_COUNTER_FAULTS = ("pcie_wrap", "driver_reload")
+
+
+def _check_counter_faults(fault: Fault, earlier: list[Fault]) -> None:
+    """The simulated counters hold one wrap or one reload (a wrapped counter does not restart): refuse a second."""
+    if fault.kind not in _COUNTER_FAULTS:
+        return
+    for other in earlier:
+        if other.kind == fault.kind:
+            raise ValueError(f"only one {fault.kind} per spec")
+        if other.kind in _COUNTER_FAULTS:
+            raise ValueError("pcie_wrap and driver_reload cannot be combined")
+
+
 def parse_faults(
     spec: str, functions: Collection[str], gpu_count: int, mig: MigSupport | None = None
 ) -> list[Fault]:
@@ -195,20 +209,6 @@ def parse_faults(
             raise ValueError(f"bad NVML fault {item!r}: {error}; {SPEC_SYNTAX}") from None
         faults.append(fault)
     return faults
-
-
-_COUNTER_FAULTS = ("pcie_wrap", "driver_reload")
-
-
-def _check_counter_faults(fault: Fault, earlier: list[Fault]) -> None:
-    """The simulated counters hold one wrap or one reload (a wrapped counter does not restart): refuse a second."""
-    if fault.kind not in _COUNTER_FAULTS:
-        return
-    for other in earlier:
-        if other.kind == fault.kind:
-            raise ValueError(f"only one {fault.kind} per spec")
-        if other.kind in _COUNTER_FAULTS:
-            raise ValueError("pcie_wrap and driver_reload cannot be combined")
 
 
 class FaultState:
