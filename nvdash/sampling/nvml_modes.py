@@ -21,6 +21,18 @@ from nvdash.sampling.nvml_device import Device, NvmlCaller
 
 MIG_MODE = "mig_mode"
 """The reading's name in ``Device.unsupported`` (shared with the usage reader, which reads the mode too)."""
+MIG_CHANGED = "MIG mode changed"
+ENERGY_WENT_BACK = "energy counter went backwards"
+"""The reasons for probing a GPU again, as ``/health`` and the log give them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reprobe:
+    """One GPU probed again: which, why (``MIG_CHANGED`` or ``ENERGY_WENT_BACK``) and when (Unix time)."""
+
+    gpu: int
+    reason: str
+    at: float
 
 
 @dataclass

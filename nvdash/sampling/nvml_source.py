@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from nvdash.sampling.daemon_pool import DaemonPool
 from nvdash.sampling.nvml_device import Device, GpuLost, NvmlCaller
-from nvdash.sampling.nvml_modes import ModeWatch
+from nvdash.sampling.nvml_modes import ENERGY_WENT_BACK, MIG_CHANGED, ModeWatch, Reprobe
 from nvdash.sampling.nvml_probe import PCIE_LANE_BYTES_PER_S, DeviceProber
 from nvdash.sampling.nvml_read import DeviceReader
 from nvdash.sampling.nvml_usage import DeviceUsage, UsageReader
@@ -80,10 +80,20 @@ def explain_init_error(nvml: ModuleType, error: Exception) -> str:
 
 
 class NvmlSource:
-    """Reads every GPU through pynvml: static inventory once, a :class:`GpuSample` per GPU per sweep."""
+    """Reads every GPU through pynvml: static inventory once, a :class:`GpuSample` per GPU per sweep.
 
-    def __init__(self, nvml: ModuleType, max_workers: int = 16, slow_interval_s: float | None = None) -> None:
+    A GPU whose mode changed is probed again (see :mod:`nvml_modes`); ``wall_clock`` stamps those re-probes.
+    """
+
+    def __init__(
+        self,
+        nvml: ModuleType,
+        max_workers: int = 16,
+        slow_interval_s: float | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self._nvml = nvml
+        self._clock = wall_clock
         self._caller = NvmlCaller(nvml)
         self._max_workers = max_workers
         self._reader = (
@@ -101,6 +111,9 @@ class NvmlSource:
         """Device reads a sweep did not ask for because the device's read of an earlier sweep was still running."""
         self.relearned = 0
         """Times a GPU's capabilities were learnt again because its mode changed (see :mod:`nvml_modes`)."""
+        self.last_relearn: Reprobe | None = None
+        """The newest of those re-probes (``None`` before the first)."""
+        self._relearn_lock = threading.Lock()
 
     @property
     def calls(self) -> int:
@@ -229,10 +242,10 @@ class NvmlSource:
         """The device's sample; a lost GPU or an unexpected failure costs only this device's reading."""
         try:
             if self._modes.mig_changed(device):
-                self._relearn(device, "its MIG mode changed")
+                self._relearn(device, MIG_CHANGED)
             sample = self._reader.read(device)
             if self._modes.energy_went_back(device, sample.energy_mj):
-                self._relearn(device, "its energy counter went backwards (driver reload or GPU reset)")
+                self._relearn(device, ENERGY_WENT_BACK)
             return sample
         except GpuLost:
             device.lost = True
@@ -249,14 +262,16 @@ class NvmlSource:
         The sweep that notices a driver reload has already read with the old state; its counters' rates are left
         out by their reset rule, and the next sweep starts them afresh.
         """
-        log.info("GPU %d: %s; learning what it supports again", device.index, reason)
+        log.info("GPU %d: %s; asking again which readings it supports", device.index, reason)
         device.unsupported.clear()
         device.rates.clear()
         device.slow_values = {}
         device.slow_due_s = 0.0
         device.gpm_previous = None
         device.info = DeviceProber(self._caller).learn(device)
-        self.relearned += 1
+        with self._relearn_lock:  # devices are read in parallel: a driver reload re-probes them all at once
+            self.relearned += 1
+            self.last_relearn = Reprobe(device.index, reason, self._clock())
 
     def read_usage(self, timeout_s: float, meanwhile: Callable[[], object] | None = None) -> tuple[DeviceUsage, ...]:
         """Each GPU's processes and MIG instances, read in parallel like :meth:`read`, waiting at most ``timeout_s``.

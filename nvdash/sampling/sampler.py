@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nvdash.freshness import Stale, is_stale
+from nvdash.sampling.nvml_modes import Reprobe
 from nvdash.sampling.records import GpuEvent, GpuSample, HostSample, Snapshot
 from nvdash.sampling.usage_records import Usage
 from nvdash.store import Store
@@ -60,6 +61,10 @@ class SamplerStats:
     """Unix time of the newest completed sweep (its snapshot's time); ``None`` before the first."""
     last_usage_at: float | None = None
     """Unix time of the newest successful process reading; ``None`` before the first or when it is off."""
+    relearned: int = 0
+    """GPUs probed again because their mode changed (MIG mode, a driver reload); see :mod:`nvml_modes`."""
+    last_relearn: Reprobe | None = None
+    """The newest of those re-probes."""
 
 
 class Sampler:
@@ -122,8 +127,12 @@ class Sampler:
     def stats(self) -> SamplerStats:
         """Counts and durations of the sweeps so far."""
         skipped = getattr(self._gpus, "skipped_reads", 0)
+        relearned = getattr(self._gpus, "relearned", 0)
+        last_relearn = getattr(self._gpus, "last_relearn", None)
         return SamplerStats(self._sweeps, self._errors, self._last_sweep_s, self._max_sweep_s,
-                            skipped if isinstance(skipped, int) else 0, self._last_sweep_wall, self._last_usage_wall)
+                            skipped if isinstance(skipped, int) else 0, self._last_sweep_wall, self._last_usage_wall,
+                            relearned if isinstance(relearned, int) else 0,
+                            last_relearn if isinstance(last_relearn, Reprobe) else None)
 
     def stale(self) -> list[Stale]:
         """The parts that stopped completing: the sweeps after ``STALE_ROUNDS`` intervals without one, the process

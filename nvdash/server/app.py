@@ -169,6 +169,9 @@ def _sampler_json(sampler: Sampler | None) -> dict[str, Any] | None:
         "skipped_device_reads": stats.skipped_device_reads,
         "last_sweep_at": stats.last_sweep_at,
         "last_process_reading_at": stats.last_usage_at,
+        "relearned": stats.relearned,
+        "last_relearn": None if stats.last_relearn is None else {
+            "gpu": stats.last_relearn.gpu, "reason": stats.last_relearn.reason, "at": stats.last_relearn.at},
     }
 
 

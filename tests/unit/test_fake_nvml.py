@@ -472,6 +472,117 @@ def test_bad_fault_specs_are_rejected_whole(install: Install, spec: str) -> None
     assert pynvml.nvmlDeviceGetPowerUsage(pynvml.nvmlDeviceGetHandleByIndex(1)) > 0
 
 
+def _pcie_counters(gpu: int) -> tuple[int, int]:
+    tx, rx = field_values(pynvml.nvmlDeviceGetHandleByIndex(gpu), [FI_PCIE_TX, FI_PCIE_RX])
+    return int(tx.value.ullVal), int(rx.value.ullVal)
+
+
+def test_pcie_wrap_fault_counts_modulo_its_width_from_zero_at_its_time(install: Install, clock: FakeClock) -> None:
+    """nvml.h: the PCIe byte counters "can be wrapped"; from the wrap's time they count the bytes moved since,
+    modulo 2**BITS (the bytes moved are the workload's own integral of its rate)."""
+    fake = install("dgx-h100")
+    fake.apply_faults("pcie_wrap:40@5")
+    clock.at(5.0)
+    assert _pcie_counters(2) == (0, 0)
+    clock.at(5.5)
+    tx, rx = _pcie_counters(2)
+    assert tx == pytest.approx(integrate(fake.workload, 2, "pcie_tx", 5.0, 5.5), rel=1e-6)
+    assert rx == pytest.approx(integrate(fake.workload, 2, "pcie_rx", 5.0, 5.5), rel=1e-6)
+    assert 0 < tx < 2**40
+
+
+def test_pcie_wrap_fault_defaults_to_32_bits_and_wraps(install: Install, clock: FakeClock) -> None:
+    fake = install("dgx-h100")
+    fake.apply_faults("pcie_wrap@0")
+    moved = 0.0
+    t = 0.0
+    while moved < 2**32:
+        t += 1.0
+        moved = integrate(fake.workload, 0, "pcie_tx", 0.0, t)
+    clock.at(t)
+    tx, _ = _pcie_counters(0)
+    assert tx < 2**32
+    assert tx == pytest.approx(moved - 2**32, abs=moved * 1e-6), "wrapped once, at 2**32"
+
+
+def test_pcie_wrap_fault_with_a_small_width_keeps_every_reading_below_it(install: Install, clock: FakeClock) -> None:
+    install("dgx-h100").apply_faults("pcie_wrap:16")
+    readings = set()
+    for step in range(1, 20):
+        clock.at(step * 0.37)
+        readings.update(_pcie_counters(0))
+    assert all(0 <= value < 2**16 for value in readings)
+    assert len(readings) > 10
+
+
+def test_driver_reload_fault_restarts_the_energy_and_pcie_counters(install: Install, clock: FakeClock) -> None:
+    """``nvmlDeviceGetTotalEnergyConsumption``: mJ "since the driver was last reloaded"."""
+    fake = install("dgx-h100")
+    fake.apply_faults("driver_reload@10")
+    gpu = pynvml.nvmlDeviceGetHandleByIndex(1)
+    clock.at(9.5)
+    before = pynvml.nvmlDeviceGetTotalEnergyConsumption(gpu)
+    tx_before, _ = _pcie_counters(1)
+    assert before == fake.workload.energy_mj(1, 9.5)
+    clock.at(10.5)
+    after = pynvml.nvmlDeviceGetTotalEnergyConsumption(gpu)
+    assert after == fake.workload.energy_mj(1, 10.5) - fake.workload.energy_mj(1, 10.0)
+    assert 0 < after < before
+    tx_after, _ = _pcie_counters(1)
+    assert tx_after == pytest.approx(integrate(fake.workload, 1, "pcie_tx", 10.0, 10.5), rel=1e-6)
+    assert tx_after < tx_before
+
+
+def test_mig_fault_turns_mig_off_and_on_at_its_time(install: Install, clock: FakeClock) -> None:
+    """nvidia-smi shows a whole GPU's utilization as N/A in MIG mode (NVML: NOT_SUPPORTED)."""
+    install("a100-mig").apply_faults("mig:0:off@5; mig:0:on@8")
+    gpu = pynvml.nvmlDeviceGetHandleByIndex(0)
+    clock.at(4.9)
+    assert pynvml.nvmlDeviceGetMigMode(gpu)[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetUtilizationRates(gpu)
+    clock.at(5.0)
+    assert pynvml.nvmlDeviceGetMigMode(gpu)[0] == pynvml.NVML_DEVICE_MIG_DISABLE
+    assert 0 <= pynvml.nvmlDeviceGetUtilizationRates(gpu).gpu <= 100
+    clock.at(8.0)
+    assert pynvml.nvmlDeviceGetMigMode(gpu)[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+    assert pynvml.nvmlDeviceGetMaxMigDeviceCount(gpu) > 0
+
+
+@pytest.mark.parametrize(
+    ("profile", "spec", "message"),
+    [
+        ("dgx-h100", "pcie_wrap:7", "bits 7 must be 8 to 64"),
+        ("dgx-h100", "pcie_wrap:65@1", "bits 65 must be 8 to 64"),
+        ("dgx-h100", "pcie_wrap:x", "bits 'x' is not an integer"),
+        ("dgx-h100", "pcie_wrap:32:1", "unknown fault or wrong number of fields"),
+        ("dgx-h100", "driver_reload:0", "unknown fault or wrong number of fields"),
+        ("dgx-h100", "driver_reload@later", "time 'later' is not a number"),
+        ("dgx-h100", "driver_reload@3;driver_reload@9", "only one driver_reload per spec"),
+        ("dgx-h100", "pcie_wrap;pcie_wrap:16@4", "only one pcie_wrap per spec"),
+        ("dgx-h100", "driver_reload@3;pcie_wrap", "pcie_wrap and driver_reload cannot be combined"),
+        ("a100-mig", "mig:0:maybe", "MIG mode 'maybe' must be on or off"),
+        ("a100-mig", "mig:0", "unknown fault or wrong number of fields"),
+        ("a100-mig", "mig:2:off", "device 2 out of range: the profile has 2 GPU(s)"),
+        ("a100-mig", "mig:1:on", "profile 'a100-mig' has no MIG layout for GPU 1 to turn on"),
+        ("t4", "mig:0:off@3", "profile 't4' has GPUs without MIG support"),
+        ("dgx-h100", "mig:0:on", "profile 'dgx-h100' has no MIG layout for GPU 0 to turn on"),
+    ],
+)
+def test_bad_new_fault_items_get_one_line_naming_the_fault(
+    install: Install, clock: FakeClock, profile: str, spec: str, message: str
+) -> None:
+    fake = install(profile)
+    with pytest.raises(ValueError, match="bad NVML fault") as caught:
+        fake.apply_faults(f"lose:0@1;{spec}")
+    text = str(caught.value)
+    assert "\n" not in text
+    assert text.startswith(f"bad NVML fault {spec.rsplit(';', maxsplit=1)[-1]!r}: {message}; expected ITEM")
+    assert "pcie_wrap[:BITS], driver_reload or mig:DEVICE:on|off" in text
+    clock.at(2.0)
+    assert pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0)), "nothing of a rejected spec is applied"
+
+
 def test_fault_methods_validate_their_arguments(install: Install) -> None:
     fake = install("a100-pcie-2")
     with pytest.raises(ValueError, match="unknown NVML function"):

@@ -7,11 +7,17 @@ whole GPU's utilization as N/A in MIG mode (NVML answers NOT_SUPPORTED), and a v
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pynvml
+import pytest
 
-from tests.unit.conftest import FakeClock, open_source
+from nvdash.sampling.nvml_modes import Reprobe
+from nvdash.sampling.records import HostInfo, HostSample, Inventory
+from nvdash.sampling.sampler import Sampler
+from nvdash.store import Store
+from tests.unit.conftest import START, FakeClock, open_source
 
 
 def _utilization(gpu: int) -> int:
@@ -85,3 +91,53 @@ def test_a_read_that_hung_past_close_makes_no_more_calls_when_it_wakes(clock: Fa
             time.sleep(0.01)
         assert hung.done()
         assert fake.call_counts() == before
+
+
+def _reprobe_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records
+            if record.levelno == logging.INFO and "asking again which readings it supports" in record.getMessage()]
+
+
+def test_a_mig_change_is_counted_with_its_gpu_reason_and_time_and_logged_once(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="nvdash.sampling.nvml_source")
+    for source, fake in open_source("a100-mig", clock, wall_clock=clock):
+        source.open()
+        clock.at(10.0)
+        source.read(5.0)
+        assert source.last_relearn is None
+        fake.set_mig_mode(0, enabled=False)
+        clock.at(12.0)
+        source.read(5.0)
+        clock.at(13.0)
+        source.read(5.0)
+        assert source.last_relearn == Reprobe(0, "MIG mode changed", START + 12.0)
+        assert _reprobe_lines(caplog) == ["GPU 0: MIG mode changed; asking again which readings it supports"]
+
+
+def test_a_driver_reload_reports_every_gpu_once_and_the_sampler_passes_it_on(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="nvdash.sampling.nvml_source")
+    for source, fake in open_source("dgx-h100", clock, wall_clock=clock):
+        gpus = len(source.open())
+        fake.apply_faults("driver_reload@30")
+        sampler = Sampler(Store(Inventory(host=HostInfo("h", 1, 1))), _Host(), source, wall_clock=clock)
+        clock.at(29.0)
+        sampler.sample_once()
+        assert (sampler.stats().relearned, sampler.stats().last_relearn) == (0, None)
+        clock.at(31.0)
+        sampler.sample_once()
+        stats = sampler.stats()
+        assert stats.relearned == gpus
+        assert stats.last_relearn is not None
+        assert (stats.last_relearn.reason, stats.last_relearn.at) == ("energy counter went backwards", START + 31.0)
+        assert sorted(_reprobe_lines(caplog)) == sorted(
+            f"GPU {gpu}: energy counter went backwards; asking again which readings it supports" for gpu in range(gpus)
+        )
+
+
+class _Host:
+    def read(self) -> HostSample:
+        return HostSample(cpu_pct=1.0)

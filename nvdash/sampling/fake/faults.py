@@ -9,16 +9,31 @@ from typing import Literal
 from urllib.parse import unquote
 
 _MAX_XID = 1000
-FaultKind = Literal["lose", "slow", "unsupported", "fail_init", "xid", "hang_host", "name", "process"]
+FaultKind = Literal[
+    "lose", "slow", "unsupported", "fail_init", "xid", "hang_host", "name", "process",
+    "pcie_wrap", "driver_reload", "mig",
+]
+PCIE_WRAP_BITS = 32
+"""The width ``pcie_wrap`` wraps the PCIe byte counters at unless told (the hardware counter on some GPUs)."""
+PCIE_WRAP_BITS_RANGE = (8, 64)
 NAME_LIMIT = 95
 """The longest product name NVML returns (its name buffer holds 96 bytes with the terminating NUL)."""
 
 SPEC_SYNTAX = (
     "expected ITEM[;ITEM...], each ITEM one of lose:DEVICE, slow:FUNCTION:SECONDS[:DEVICE], "
     "unsupported:FUNCTION[:DEVICE], fail_init:CODE, xid:CODE:DEVICE, hang_host:PATH, name:DEVICE:TEXT "
-    "(percent-encoded) or process:DEVICE:PID, optionally followed by @SECONDS after start (not for name and "
-    "process: from the start)"
+    "(percent-encoded), process:DEVICE:PID, pcie_wrap[:BITS], driver_reload or mig:DEVICE:on|off, optionally "
+    "followed by @SECONDS after start (not for name and process: from the start)"
 )
+
+
+@dataclass(frozen=True)
+class MigSupport:
+    """What ``mig:DEVICE:on|off`` may ask of a profile: whether its GPUs support MIG and which have a MIG layout."""
+
+    profile: str
+    capable: bool
+    layouts: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -38,6 +53,8 @@ class Fault:
     path: str | None = None
     text: str = ""
     """The product name of ``name``."""
+    enabled: bool = False
+    """The MIG mode ``mig`` turns to."""
 
 
 def check_function(function: str, functions: Collection[str]) -> str:
@@ -71,7 +88,28 @@ def _integer(text: str, what: str) -> int:
         raise ValueError(f"{what} {text!r} is not an integer") from None
 
 
-def _parse_item(item: str, functions: Collection[str], gpu_count: int) -> Fault:
+def _mig(params: list[str], gpu_count: int, mig: MigSupport | None, at_s: float) -> Fault:
+    device = check_device(_integer(params[0], "device"), gpu_count)
+    if params[1] not in ("on", "off"):
+        raise ValueError(f"MIG mode {params[1]!r} must be on or off")
+    enabled = params[1] == "on"
+    if mig is None or not mig.capable:
+        name = "this profile" if mig is None else f"profile {mig.profile!r}"
+        raise ValueError(f"{name} has GPUs without MIG support")
+    if enabled and device not in mig.layouts:
+        raise ValueError(f"profile {mig.profile!r} has no MIG layout for GPU {device} to turn on")
+    return Fault("mig", device=device, enabled=enabled, at_s=at_s)
+
+
+def _pcie_wrap(params: list[str], at_s: float) -> Fault:
+    bits = _integer(params[0], "bits") if params else PCIE_WRAP_BITS
+    low, high = PCIE_WRAP_BITS_RANGE
+    if not low <= bits <= high:
+        raise ValueError(f"bits {bits} must be {low} to {high}")
+    return Fault("pcie_wrap", code=bits, at_s=at_s)
+
+
+def _parse_item(item: str, functions: Collection[str], gpu_count: int, mig: MigSupport | None = None) -> Fault:
     body, at_sign, at_text = item.partition("@")
     at_s = _number(at_text.strip(), "time") if at_sign else 0.0
     kind, *params = (part.strip() for part in body.split(":"))
@@ -104,6 +142,12 @@ def _parse_item(item: str, functions: Collection[str], gpu_count: int) -> Fault:
         if not 0 < code < _MAX_XID:
             raise ValueError(f"XID {code} must be between 1 and {_MAX_XID - 1}")
         return Fault("xid", code=code, device=check_device(_integer(params[1], "device"), gpu_count), at_s=at_s)
+    if kind == "pcie_wrap" and len(params) <= 1:
+        return _pcie_wrap(params, at_s)
+    if kind == "driver_reload" and not params:
+        return Fault("driver_reload", at_s=at_s)
+    if kind == "mig" and len(params) == 2:
+        return _mig(params, gpu_count, mig, at_s)
     if kind in ("name", "process") and at_sign:
         raise ValueError(f"{kind} applies from the start: it takes no @SECONDS")
     if kind == "name" and len(params) == 2:
@@ -119,7 +163,23 @@ def _parse_item(item: str, functions: Collection[str], gpu_count: int) -> Fault:
     raise ValueError("unknown fault or wrong number of fields")
 
 
-def parse_faults(spec: str, functions: Collection[str], gpu_count: int) -> list[Fault]:
+_COUNTER_FAULTS = ("pcie_wrap", "driver_reload")
+
+
+def _check_counter_faults(fault: Fault, earlier: list[Fault]) -> None:
+    """The simulated counters hold one wrap or one reload (a wrapped counter does not restart): refuse a second."""
+    if fault.kind not in _COUNTER_FAULTS:
+        return
+    for other in earlier:
+        if other.kind == fault.kind:
+            raise ValueError(f"only one {fault.kind} per spec")
+        if other.kind in _COUNTER_FAULTS:
+            raise ValueError("pcie_wrap and driver_reload cannot be combined")
+
+
+def parse_faults(
+    spec: str, functions: Collection[str], gpu_count: int, mig: MigSupport | None = None
+) -> list[Fault]:
     """Parse e.g. ``"lose:3@5;slow:nvmlDeviceGetUtilizationRates:2@0;unsupported:nvmlDeviceGetPowerUsage"``.
 
     ``xid:CODE:DEVICE`` sends XID ``CODE`` to the event sets registered for ``DEVICE`` (with the counter
@@ -129,18 +189,25 @@ def parse_faults(spec: str, functions: Collection[str], gpu_count: int) -> list[
     ``name:DEVICE:TEXT`` makes ``DEVICE`` report the percent-decoded TEXT as its product name, and
     ``process:DEVICE:PID`` lists the (real, host-visible) process PID on it: tests feed odd or hostile text
     through them (names with markup, a started process's command line) to a server they run as a subprocess.
+    ``pcie_wrap[:BITS]`` makes the PCIe byte counters count modulo ``2**BITS`` (default 32) from 0 at ``@SECONDS``
+    (so they wrap every ``2**BITS`` bytes moved); ``driver_reload`` reloads the driver at ``@SECONDS`` (the PCIe byte
+    and energy counters start over from 0); ``mig:DEVICE:on|off`` turns ``DEVICE``'s MIG mode on (with the profile's
+    layout for it) or off, on a profile ``mig`` says supports MIG. A spec holds at most one of ``pcie_wrap`` and
+    ``driver_reload``.
 
     Raises ValueError with a one-line message naming the bad item; nothing is applied then.
     """
-    faults = []
+    faults: list[Fault] = []
     for raw in spec.split(";"):
         item = raw.strip()
         if not item:
             continue
         try:
-            faults.append(_parse_item(item, functions, gpu_count))
+            fault = _parse_item(item, functions, gpu_count, mig)
+            _check_counter_faults(fault, faults)
         except ValueError as error:
             raise ValueError(f"bad NVML fault {item!r}: {error}; {SPEC_SYNTAX}") from None
+        faults.append(fault)
     return faults
 
 
@@ -153,6 +220,7 @@ class FaultState:
         self._unsupported: set[tuple[str, int | None]] = set()
         self._slow: dict[tuple[str, int | None], float] = {}
         self._pending: list[Fault] = []
+        self._mig_changes: list[tuple[int, bool]] = []
 
     def add(self, fault: Fault, elapsed_s: float) -> None:
         """Put ``fault`` in force now if its time has come, else keep it until ``apply_due`` sees it has."""
@@ -179,8 +247,15 @@ class FaultState:
             self._slow[(fault.function, fault.device)] = fault.seconds
         elif fault.kind == "fail_init":
             self.init_code = fault.code
+        elif fault.kind == "mig" and fault.device is not None:
+            self._mig_changes.append((fault.device, fault.enabled))
         # "xid" faults are events, delivered by the driver's event sets; "hang_host" is the host reading's (see
-        # nvdash.sampling.fake.host); "name" and "process" change the driver.
+        # nvdash.sampling.fake.host); "name", "process", "pcie_wrap" and "driver_reload" change the driver.
+
+    def take_mig_changes(self) -> list[tuple[int, bool]]:
+        """The (GPU, MIG mode) changes come due since the last call, in their order, for the owner to make."""
+        changes, self._mig_changes = self._mig_changes, []
+        return changes
 
     def is_lost(self, device: int | None) -> bool:
         """Whether ``device`` has fallen off the bus."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from . import constants as c
 from .cargs import as_int
 from .driver import Call, FakeDriver
-from .faults import Fault, FaultState, check_device, check_function, parse_faults
+from .faults import Fault, FaultState, MigSupport, check_device, check_function, parse_faults
 from .profiles import PROFILES, Profile, profile_names
 from .usage_driver import MIG_HANDLE_FUNCTIONS
 from .usage_specs import ProcessSpec
@@ -162,7 +162,9 @@ class FakeNvmlLibrary:
 
     def apply_faults(self, spec: str) -> None:
         """Apply a compact fault spec (see ``faults.parse_faults``); items with ``@T`` wait until T s after start."""
-        faults = parse_faults(spec, self._specs, self.profile.gpu_count)
+        profile = self.profile
+        mig = MigSupport(profile.name, profile.mig_capable, frozenset(gpu for gpu, _ in profile.mig_layout))
+        faults = parse_faults(spec, self._specs, profile.gpu_count, mig)
         for fault in faults:
             self._add(fault)
 
@@ -184,6 +186,12 @@ class FakeNvmlLibrary:
         if fault.device is not None and fault.kind in ("xid", "lose"):
             xid = fault.code if fault.kind == "xid" else c.XID_FALLEN_OFF_BUS
             self._driver.inject_xid(fault.device, xid, max(fault.at_s, elapsed))
+        if fault.kind == "pcie_wrap":
+            self.wrap_pcie_counters(fault.at_s, fault.code)
+            return
+        if fault.kind == "driver_reload":
+            self.reload_driver(fault.at_s)
+            return
         if fault.kind == "hang_host":
             self._host_hangs.append(fault)
         elif fault.kind != "xid":
@@ -242,6 +250,8 @@ class FakeNvmlLibrary:
         with self._lock:
             self._counts[name] = self._counts.get(name, 0) + 1
             self._faults.apply_due(now - self._created_at)
+            for gpu, enabled in self._faults.take_mig_changes():
+                self._driver.usage.mig.set_enabled(gpu, enabled)
             device, code = self._admit(name, spec.device, args)
             slow = self._faults.slow_s(name, None if device < 0 else device)
         if slow is not None:
