@@ -303,3 +303,12 @@ def test_the_headers_name_the_families_the_4_9_naming_renames(load: Load) -> Non
     paragraph = naming_paragraph(NAMING_4_9.rules)
     assert re.findall(r"(DCGM_FI_DEV_\w+) -> (DCGM_FI_DEV_\w+)", paragraph) == [
         (name, RENAMES_4_9[name].name) for name in renamed]
+
+
+def test_test_series_are_converted_however_their_values_are_quoted() -> None:
+    tests = NAMING_4_8.tests.read_text(encoding="utf-8")
+    assert "values: '95x25'" in tests
+    double = rules_compat.generate_tests(tests.replace("values: '95x25'", 'values: "95x25"'))
+    assert 'values: "0.95x25"' in double
+    with pytest.raises(rules_compat.ConversionError, match=r"cannot convert the series value '\[95\]'"):
+        rules_compat.generate_tests(tests.replace("values: '95x25'", "values: [95]"))
