@@ -237,7 +237,9 @@ def _cell(value: float | None, digits: int = 2) -> str:
 
 THROTTLE_NOTE_PCT = 5.0
 """``nvdash report`` says in a sentence which rows lost at least this share of their GPU time to a policy."""
-SECONDS_UNDER_S = 36.0
+SECONDS_UNDER_S = 3600.0
+"""GPU time under one GPU-hour is written in GPU-seconds: hours to two decimals would be too coarse to check the
+share against (``0.01 of 0.08 GPU-hours`` for 6.7 %)."""
 POLICY_WORDS = {"power_cap": "the power cap", "thermal": "thermal slowdown"}
 _GROUP_WORDS = {"job": "", "pod": "pod ", "user": "user ", "namespace": "project "}
 
@@ -250,7 +252,8 @@ def _owner_words(report: Report, row: Row) -> str:
 
 
 def _gpu_time(lost_s: float, known_s: float) -> str:
-    """``0.14 of 1.00 GPU-hours``, or in seconds under :data:`SECONDS_UNDER_S` (hours would print as 0.00)."""
+    """``0.14 of 1.00 GPU-hours``, or ``19.5 of 291.6 GPU-seconds`` when ``known_s`` is under
+    :data:`SECONDS_UNDER_S`."""
     if known_s < SECONDS_UNDER_S:
         return f"{lost_s:.1f} of {known_s:.1f} GPU-seconds"
     return f"{lost_s / S_PER_H:.2f} of {known_s / S_PER_H:.2f} GPU-hours"

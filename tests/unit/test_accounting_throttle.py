@@ -202,7 +202,8 @@ def test_the_range_totals_add_the_seconds_lost_over_the_seconds_read_and_say_unk
                           "power cap 11.0 % (0.17 of 1.50 GPU-hours), thermal 5.0 % (0.05 of 1.00 GPU-hours)")
     assert totals_html(report) == (
         "<b>Range totals:</b> 1.667 GPU-hours · 0.000 busy · 0.000 wasted · 0.000 kWh (* energy counted over part of"
-        " the time only) · power cap 11.0 % (0.17 of 1.50 GPU-hours) · thermal 5.0 % (0.05 of 1.00 GPU-hours)")
+        " the time only)<br>Lost to throttling: power cap 11.0 % (0.17 of 1.50 GPU-hours) · thermal 5.0 % (0.05 of"
+        " 1.00 GPU-hours)")
 
     read_none = Report(TimeRange(T0, T0 + hour, "1h"), "job", summarize(tallies[2:], "job"), "history")
     summed = json.loads(json.dumps(report_json(read_none)))["totals"]
@@ -210,7 +211,7 @@ def test_the_range_totals_add_the_seconds_lost_over_the_seconds_read_and_say_unk
     assert (summed["thermal_s"], summed["thermal_known_s"], summed["thermal_pct"]) == (None, 0.0, None)
     total_line = next(line for line in report_table(read_none).splitlines() if line.startswith("total:"))
     assert total_line.endswith(" kWh; lost to throttling: power cap -, thermal -")
-    assert totals_html(read_none).endswith(" · power cap - · thermal -")
+    assert totals_html(read_none).endswith("<br>Lost to throttling: power cap - · thermal -")
     nothing = Report(TimeRange(T0, T0 + hour, "1h"), "job", [], "history")
     assert report_json(nothing)["totals"]["power_cap_pct"] is None, "an empty range: unknown, not 0"
 
@@ -223,3 +224,11 @@ def test_range_totals_of_counters_read_that_never_rose_are_zero_not_unknown() ->
         0.0, 0.0, 0.0, 0.0)
     assert "lost to throttling: power cap 0.0 % (0.0 of 10.0 GPU-seconds), thermal 0.0 % (0.0 of 10.0 GPU-seconds)" \
         in report_table(report)
+
+
+def test_gpu_time_under_an_hour_is_written_in_seconds_so_the_share_can_be_checked_against_it() -> None:
+    """19.5 s of 291.6 s is 6.7 %; in hours to two decimals it would read 0.01 of 0.08 (12.5 %)."""
+    short = Tally(start_s=T0, end_s=T0 + 300, allocated_s=291.6, power_cap_s=19.5, power_cap_known_s=291.6)
+    report = Report(TimeRange(T0, T0 + 300, "1h"), "job", summarize([(POD_A, 0, short)], "job"), "history")
+    assert totals_html(report).endswith(": power cap 6.7 % (19.5 of 291.6 GPU-seconds) · thermal -")
+    assert "pod ml/a lost 6.7 % of its GPU time to the power cap (19.5 of 291.6 GPU-seconds)" in report_table(report)
