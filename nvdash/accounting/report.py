@@ -177,10 +177,25 @@ def idle_json(allocation: IdleAllocation, now_s: float) -> dict[str, Any]:
             "memory_bytes": allocation.memory_bytes}
 
 
-def totals(report: Report) -> dict[str, float]:
+def range_total(report: Report) -> Tally:
+    """All the report's rows added up into one tally (the range's totals)."""
+    total = Tally(start_s=report.range.start_s, end_s=report.range.end_s)
+    for row in report.rows:
+        total.merge(row.total)
+    return total
+
+
+def hour_totals(report: Report) -> dict[str, float]:
     """GPU-hours (allocated, busy, wasted) and kWh of all the report's rows."""
     return {name: round(sum(getattr(row, name) for row in report.rows), 6)
             for name in ("gpu_hours", "busy_hours", "wasted_hours", "energy_kwh")}
+
+
+def totals(report: Report) -> dict[str, float | None]:
+    """:func:`hour_totals`, and the time the rows lost to throttling as :func:`throttle_json` gives it for a row:
+    per policy the seconds summed over the rows, over the known seconds summed over the rows (``None`` when no
+    row's counter was ever read)."""
+    return {**hour_totals(report), **throttle_json(range_total(report))}
 
 
 def report_json(report: Report) -> dict[str, Any]:
@@ -222,7 +237,9 @@ def _cell(value: float | None, digits: int = 2) -> str:
 
 THROTTLE_NOTE_PCT = 5.0
 """``nvdash report`` says in a sentence which rows lost at least this share of their GPU time to a policy."""
-SECONDS_UNDER_S = 36.0
+SECONDS_UNDER_S = 3600.0
+"""GPU time under one GPU-hour is written in GPU-seconds: hours to two decimals would be too coarse to check the
+share against (``0.01 of 0.08 GPU-hours`` for 6.7 %)."""
 POLICY_WORDS = {"power_cap": "the power cap", "thermal": "thermal slowdown"}
 _GROUP_WORDS = {"job": "", "pod": "pod ", "user": "user ", "namespace": "project "}
 
@@ -235,10 +252,22 @@ def _owner_words(report: Report, row: Row) -> str:
 
 
 def _gpu_time(lost_s: float, known_s: float) -> str:
-    """``0.14 of 1.00 GPU-hours``, or in seconds under :data:`SECONDS_UNDER_S` (hours would print as 0.00)."""
+    """``0.14 of 1.00 GPU-hours``, or ``19.5 of 291.6 GPU-seconds`` when ``known_s`` is under
+    :data:`SECONDS_UNDER_S`."""
     if known_s < SECONDS_UNDER_S:
         return f"{lost_s:.1f} of {known_s:.1f} GPU-seconds"
     return f"{lost_s / S_PER_H:.2f} of {known_s / S_PER_H:.2f} GPU-hours"
+
+
+def throttle_totals_text(total: Tally, separator: str = ", ") -> str:
+    """The time ``total`` (the range's, see :func:`range_total`) lost to throttling: ``power cap 14.0 % (1.4 of
+    10.0 GPU-seconds), thermal -`` (``-``: the counter was never read)."""
+    parts = []
+    for policy, label in (("power_cap", "power cap"), ("thermal", "thermal")):
+        share = getattr(total, f"{policy}_pct")
+        lost, known = getattr(total, f"{policy}_s"), getattr(total, f"{policy}_known_s")
+        parts.append(f"{label} -" if share is None else f"{label} {share:.1f} % ({_gpu_time(lost, known)})")
+    return separator.join(parts)
 
 
 def throttle_notes(report: Report, threshold_pct: float = THROTTLE_NOTE_PCT) -> list[str]:
@@ -279,9 +308,10 @@ def report_table(report: Report) -> str:
              for line in lines]
     if not report.rows:
         text.append("(no GPU was allocated or used in this range)")
-    summed = totals(report)
+    summed = hour_totals(report)
     text.append(f"total: {summed['gpu_hours']:.2f} GPU-hours, {summed['busy_hours']:.2f} busy, "
-                f"{summed['wasted_hours']:.2f} wasted, {summed['energy_kwh']:.3f} kWh")
+                f"{summed['wasted_hours']:.2f} wasted, {summed['energy_kwh']:.3f} kWh; lost to throttling: "
+                f"{throttle_totals_text(range_total(report))}")
     if any(not row.total.energy_complete for row in report.rows):
         text.append("* the energy counter was not read over all of the allocated time")
     text += throttle_notes(report)

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 from nvdash.accounting.attribution import Owner
 from nvdash.accounting.idle import IdleAllocation
-from nvdash.accounting.report import Report, totals
+from nvdash.accounting.report import Report, hour_totals, range_total, throttle_totals_text
 from nvdash.accounting.summary import Row
 from nvdash.apps.time_range import describe_seconds
 from nvdash.units import format_bytes
@@ -117,12 +117,15 @@ def idle_note(report: Report) -> str:
 
 
 def totals_html(report: Report) -> str:
-    """The range's totals in one line."""
-    summed = totals(report)
+    """The range's totals in two lines (each fits a narrow pane): hours and energy, then the GPU time lost to the
+    power cap and to heat (``-`` where no counter was read)."""
+    summed = hour_totals(report)
     partial = any(not row.total.energy_complete for row in report.rows)
     note = f" ({INCOMPLETE} energy counted over part of the time only)" if partial else ""
+    throttle = throttle_totals_text(range_total(report), " · ")
     return (f"<b>Range totals:</b> {summed['gpu_hours']:.3f} GPU-hours · {summed['busy_hours']:.3f} busy · "
-            f"{summed['wasted_hours']:.3f} wasted · {summed['energy_kwh']:.3f} kWh{escape(note)}")
+            f"{summed['wasted_hours']:.3f} wasted · {summed['energy_kwh']:.3f} kWh{escape(note)}<br>"
+            f"Lost to throttling: {escape(throttle)}")
 
 
 def csv_href(range_name: str, by: str, start: str = "", end: str = "") -> str:

@@ -82,11 +82,15 @@ def _labelled(dark: bool) -> list[Any]:
     return [InlineStyleSheet(css=f"label {{ color: {text_color(dark)}; }}")]
 
 
-def _line(dark: bool, **styles: str) -> Div:
-    """A one-line Div of fixed height (a Div following its text's height makes narrow panes relayout)."""
-    return Div(text="", sizing_mode="stretch_width", height=26,
+LINE_PX = 26
+
+
+def _line(dark: bool, lines: int = 1, **styles: str) -> Div:
+    """A Div of ``lines`` lines and fixed height (a Div following its text's height makes narrow panes
+    relayout)."""
+    return Div(text="", sizing_mode="stretch_width", height=LINE_PX * lines,
                styles={"color": text_color(dark), "white-space": "nowrap", "overflow": "hidden",
-                       "text-overflow": "ellipsis", "line-height": "26px", **styles})
+                       "text-overflow": "ellipsis", "line-height": f"{LINE_PX}px", **styles})
 
 
 def _heading(text: str, dark: bool) -> Div:
@@ -168,7 +172,8 @@ class AccountingView:
                             name="controls", styles={"flex-wrap": "wrap"})  # a narrow pane: a second line
         self.status = _line(dark)
         self.status.name = "status"
-        self.totals = _line(dark)
+        self.totals = _line(dark, lines=2)
+        self.totals.name = "totals"
         self.source = ColumnDataSource(data=row_columns([]), name="accounting")
         self.table: DataTable = data_table(self.source, _table_columns(), dark, autosize_mode="none",
                                            sizing_mode="stretch_width", height=table_height(0),

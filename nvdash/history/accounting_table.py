@@ -3,10 +3,10 @@
 Rows are keyed by hour, GPU and owner; storing a tally adds it to the row already there (a server restarted within
 the hour adds to what the previous one stored). Peak memory takes the larger, start and end the outer times.
 
-Columns a later nvdash added (:data:`ADDED`: the seconds lost to throttling) are not part of :data:`TABLE`, so that
-a file written before them is still an nvdash history to every reader: the first store adds them to the file
-(``ALTER TABLE``, its rows kept, 0 in the new columns: nothing was measured then), and a read of a file without
-them reads 0, which the tallies' ``*_known_s`` columns say means unknown.
+Columns a later nvdash added (:data:`ADDED`: the seconds lost to throttling) are in :data:`TABLE` but may be
+missing from an older file: the history's schema upgrade adds them when a writer opens it (:data:`ADDED_COLUMNS`:
+its rows kept, 0 in them, which the tallies' ``*_known_s`` columns say means unknown: nothing was measured then),
+and a read-only connection reads them as 0 (see :mod:`nvdash.history.database`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from nvdash.accounting.ledger import Key, Tally, hour_of
 
 ADDED = ("power_cap_s", "power_cap_known_s", "thermal_s", "thermal_known_s")
 """Tally fields stored in columns added to the table after its first version (see the module's note)."""
-SUMMED = tuple(f.name for f in fields(Tally) if f.name not in ("start_s", "end_s", "peak_memory_bytes", *ADDED))
-"""The tally's fields that add up, in :data:`TABLE`'s columns."""
+ADDED_COLUMNS = tuple((name, "REAL NOT NULL DEFAULT 0") for name in ADDED)
+"""Each :data:`ADDED` column and its type, as the schema upgrade adds it to an older file."""
+SUMMED = tuple(f.name for f in fields(Tally) if f.name not in ("start_s", "end_s", "peak_memory_bytes"))
+"""The tally's fields that add up (the :data:`ADDED` ones last)."""
 KEY_COLUMNS = ("hour", "gpu", "kind", "job", "user", "project")
 TABLE = (
     "CREATE TABLE IF NOT EXISTS accounting (hour REAL NOT NULL, gpu INTEGER NOT NULL, kind TEXT NOT NULL,"
@@ -31,44 +33,28 @@ TABLE = (
 )
 """The table (created in every history; ``IF NOT EXISTS`` adds it to a file written before it existed)."""
 
-_ALL_SUMMED = (*SUMMED, *ADDED)
-_COLUMNS = (*KEY_COLUMNS, "start_s", "end_s", *_ALL_SUMMED, "peak_memory_bytes")
+_COLUMNS = (*KEY_COLUMNS, "start_s", "end_s", *SUMMED, "peak_memory_bytes")
 UPSERT = (
     f"INSERT INTO accounting ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
     " ON CONFLICT (hour, gpu, kind, job, user, project) DO UPDATE SET"
     " start_s = min(start_s, excluded.start_s), end_s = max(end_s, excluded.end_s), "
-    + ", ".join(f"{name} = {name} + excluded.{name}" for name in _ALL_SUMMED)
+    + ", ".join(f"{name} = {name} + excluded.{name}" for name in SUMMED)
     + ", peak_memory_bytes = CASE WHEN peak_memory_bytes IS NULL THEN excluded.peak_memory_bytes"
     " WHEN excluded.peak_memory_bytes IS NULL THEN peak_memory_bytes"
     " ELSE max(peak_memory_bytes, excluded.peak_memory_bytes) END"
 )
-
-
-def _columns(connection: sqlite3.Connection) -> set[str]:
-    return {row[1] for row in connection.execute("PRAGMA table_info(accounting)")}
-
-
-def add_columns(connection: sqlite3.Connection) -> list[str]:
-    """Add the :data:`ADDED` columns a file lacks (its rows kept; 0 in them); returns the columns added."""
-    present = _columns(connection)
-    missing = [name for name in ADDED if name not in present]
-    for name in missing:
-        connection.execute(f"ALTER TABLE accounting ADD COLUMN {name} REAL NOT NULL DEFAULT 0")
-    return missing
-
-
-def _totals_query(present: set[str]) -> str:
-    summed = ", ".join(f"sum({name})" if name in present else "0.0" for name in _ALL_SUMMED)
-    return (f"SELECT kind, job, user, project, gpu, min(start_s), max(end_s), {summed}, max(peak_memory_bytes)"
-            " FROM accounting WHERE hour >= ? AND hour < ? GROUP BY kind, job, user, project, gpu")
+_TOTALS = (
+    "SELECT kind, job, user, project, gpu, min(start_s), max(end_s), "
+    + ", ".join(f"sum({name})" for name in SUMMED)
+    + ", max(peak_memory_bytes) FROM accounting WHERE hour >= ? AND hour < ? GROUP BY kind, job, user, project, gpu"
+)
 
 
 def store(connection: sqlite3.Connection, tallies: Mapping[Key, Tally]) -> None:
-    """Add ``tallies`` to the table (inside the caller's transaction), first adding the columns it lacks."""
-    add_columns(connection)
+    """Add ``tallies`` to the table (inside the caller's transaction)."""
     connection.executemany(UPSERT, [
         (hour, index, owner.kind, owner.job, owner.user, owner.project, tally.start_s, tally.end_s,
-         *(getattr(tally, name) for name in _ALL_SUMMED), tally.peak_memory_bytes)
+         *(getattr(tally, name) for name in SUMMED), tally.peak_memory_bytes)
         for (owner, index, hour), tally in tallies.items()])
 
 
@@ -78,12 +64,11 @@ def prune(connection: sqlite3.Connection, before_s: float) -> int:
 
 
 def totals(connection: sqlite3.Connection, start_s: float, end_s: float) -> list[tuple[Owner, int, Tally]]:
-    """Per (owner, GPU), the tallies of the hours overlapping ``[start_s, end_s)``, added up (0 for columns the
-    file lacks)."""
+    """Per (owner, GPU), the tallies of the hours overlapping ``[start_s, end_s)``, added up."""
     result = []
-    for row in connection.execute(_totals_query(_columns(connection)), (hour_of(start_s), end_s)):
+    for row in connection.execute(_TOTALS, (hour_of(start_s), end_s)):
         kind, job, user, project, index, start, end, *summed, peak = row
-        tally = Tally(start_s=start, end_s=end, **dict(zip(_ALL_SUMMED, summed, strict=True)),
+        tally = Tally(start_s=start, end_s=end, **dict(zip(SUMMED, summed, strict=True)),
                       peak_memory_bytes=None if peak is None else int(peak))
         result.append((Owner(kind, job, user, project), int(index), tally))
     return result

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 from nvdash.history import accounting_table
 from nvdash.history.catalog import Kind, Scope, gpu_raw_columns, host_raw_columns, metrics_of
@@ -186,31 +186,47 @@ def _name_and_type(column: str) -> tuple[str, str]:
     return name, kind
 
 
-def _expected_columns() -> dict[str, list[tuple[str, str]]]:
-    """Per table whose columns follow the records, its reading columns and their types (see :func:`schema`)."""
-    tables = {"gpu_raw": [(name, "REAL") for name in gpu_raw_columns()],
-              "host_raw": [(name, "REAL") for name in host_raw_columns()]}
+class Added(NamedTuple):
+    """A column added to a table after the table's first version: what a writer's upgrade adds to an older file
+    and what a read-only connection shows in its place."""
+
+    name: str
+    definition: str
+    """Its type and constraints, as ``ALTER TABLE ... ADD COLUMN`` gives them."""
+    past: str
+    """The SQL value a read-only connection reads for it in an older file."""
+
+
+def added_columns() -> dict[str, list[Added]]:
+    """Per table, the columns an older file may lack (the one list of the history's schema upgrades): every
+    reading column (a record gains fields; NULL for the past: not read then), and accounting's throttle seconds
+    (0 for the past, which their ``*_known_s`` columns, 0 too, say is unknown)."""
+    readings = {"gpu_raw": [(name, "REAL") for name in gpu_raw_columns()],
+                "host_raw": [(name, "REAL") for name in host_raw_columns()]}
     for tier in (tier.name for tier in TIERS):
         for scope in (Scope.GPU, Scope.HOST):
-            tables[f"{scope.value}_{tier}"] = [_name_and_type(column) for column in _gauge_columns(scope)]
+            readings[f"{scope.value}_{tier}"] = [_name_and_type(column) for column in _gauge_columns(scope)]
+    tables = {table: [Added(name, kind, "NULL") for name, kind in columns] for table, columns in readings.items()}
+    tables["accounting"] = [Added(name, kind, "0.0") for name, kind in accounting_table.ADDED_COLUMNS]
     return tables
 
 
-def _missing_columns(connection: sqlite3.Connection) -> dict[str, list[tuple[str, str]]]:
-    """The reading columns a history written by an older nvdash lacks (a record gained a field since), by table."""
-    missing: dict[str, list[tuple[str, str]]] = {}
-    for table, columns in _expected_columns().items():
+def _missing_columns(connection: sqlite3.Connection) -> dict[str, list[Added]]:
+    """The columns a history written by an older nvdash lacks, by table (a table it lacks altogether is not
+    listed: it is created whole)."""
+    missing: dict[str, list[Added]] = {}
+    for table, columns in added_columns().items():
         present = {row[1] for row in connection.execute(f"PRAGMA main.table_info({table})")}
         if present:
-            lacking = [(name, kind) for name, kind in columns if name not in present]
+            lacking = [column for column in columns if column.name not in present]
             if lacking:
                 missing[table] = lacking
     return missing
 
 
 def _upgrade(connection: sqlite3.Connection) -> None:
-    """Add the columns of reading fields newer than the file (empty for the past: not read then), and the
-    accounting table to a file written before it existed."""
+    """Add the columns newer than the file (see :func:`added_columns`), and the accounting table to a file written
+    before it existed."""
     missing = _missing_columns(connection)
     if not missing and accounting_table.has_table(connection):
         return
@@ -218,8 +234,8 @@ def _upgrade(connection: sqlite3.Connection) -> None:
     try:
         connection.execute(accounting_table.TABLE)
         for table, columns in missing.items():
-            for name, kind in columns:
-                connection.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+            for column in columns:
+                connection.execute(f"ALTER TABLE {table} ADD COLUMN {column.name} {column.definition}")
     except BaseException:
         connection.execute("ROLLBACK")
         raise
@@ -228,9 +244,10 @@ def _upgrade(connection: sqlite3.Connection) -> None:
 
 def _shadow_missing(connection: sqlite3.Connection) -> None:
     """For a read-only connection to an older file: temporary views, named like its tables, that add the newer
-    columns as NULL, so that every query reads the file as if it had them (SQLite looks in ``temp`` first)."""
+    columns with their values for the past, so that every query reads the file as if it had them (SQLite looks in
+    ``temp`` first); an empty temporary accounting table when the file has none."""
     for table, columns in _missing_columns(connection).items():
-        extra = ", ".join(f"NULL AS {name}" for name, _ in columns)
+        extra = ", ".join(f"{column.past} AS {column.name}" for column in columns)
         connection.execute(f"CREATE TEMP VIEW {table} AS SELECT *, {extra} FROM main.{table}")
     if not accounting_table.has_table(connection):
         connection.execute(accounting_table.TABLE.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))

@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from nvdash.history.catalog import METRICS, gpu_raw_columns, host_raw_columns
-from nvdash.history.database import APPLICATION_ID, HistoryError, schema, uri
+from nvdash.history.database import APPLICATION_ID, HistoryError, added_columns, schema, uri
 
 MAX_VALUE_BYTES = 16 << 20
 """The longest string or blob a read may return (an inventory or a command line is a few KiB)."""
@@ -74,22 +73,17 @@ class Deadline:
             self._until, self.budget_s = before, before_s
 
 
-def _reading_columns() -> frozenset[str]:
-    """Columns a file written by an older nvdash may lack (a reading field added since)."""
-    tier = {column for metric in METRICS.values() for column in metric.tier_columns()}
-    return frozenset({*gpu_raw_columns(), *host_raw_columns(), *tier})
-
-
 def _expected_tables() -> dict[str, frozenset[str]]:
-    """Per table of nvdash's schema, the columns every file has (built from the schema itself)."""
+    """Per table of nvdash's schema, the columns every file has (built from the schema itself, less the columns
+    the schema's upgrade adds to an older file: a read reads those as their values for the past)."""
     reference = sqlite3.connect(":memory:")
     try:
         for statement in schema():
             reference.execute(statement)
         names = [row[0] for row in reference.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        optional = _reading_columns()
-        return {name: frozenset(row[1] for row in reference.execute(f"PRAGMA table_info({name})")) - optional
-                for name in names}
+        optional = {table: {column.name for column in columns} for table, columns in added_columns().items()}
+        return {name: frozenset(row[1] for row in reference.execute(f"PRAGMA table_info({name})"))
+                - optional.get(name, set()) for name in names}
     finally:
         reference.close()
 

@@ -144,3 +144,12 @@ def test_a_job_on_a_power_capped_gpu_is_charged_the_time_the_cap_held_its_clocks
         assert 0 < row["power_cap_s"] <= row["power_cap_known_s"] <= row["gpu_seconds"] + 1e-6
         assert row["power_cap_s"] <= last / 1e9, "no more than the counter ever counted"
         assert row["power_cap_pct"] == pytest.approx(100 * row["power_cap_s"] / row["power_cap_known_s"], abs=0.01)
+        # The range's totals: the rows' lost seconds summed over the rows' known seconds summed.
+        report = get_json(server.url + "/api/accounting.json?range=today&by=job")
+        lost = sum(r["power_cap_s"] or 0.0 for r in report["rows"])
+        known = sum(r["power_cap_known_s"] for r in report["rows"])
+        totals = report["totals"]
+        assert totals["power_cap_s"] == pytest.approx(lost, abs=1e-3 * len(report["rows"]))
+        assert totals["power_cap_known_s"] == pytest.approx(known, abs=1e-3 * len(report["rows"]))
+        assert totals["power_cap_pct"] == pytest.approx(100 * lost / known, abs=0.01)
+        assert totals["power_cap_s"] >= next(r for r in report["rows"] if r["key"] == "777")["power_cap_s"]

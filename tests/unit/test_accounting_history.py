@@ -183,3 +183,51 @@ def test_stored_throttle_seconds_add_up_per_hour(tmp_path: Path) -> None:
     assert stored.power_cap_pct == pytest.approx(10.0)
     assert (stored.thermal_s, stored.thermal_known_s) == pytest.approx((0.0, 10.0))
     assert stored.thermal_pct == pytest.approx(0.0)
+
+
+def old_history(path: Path) -> None:
+    """A history whose accounting table predates the throttle columns, with one job's row in it."""
+    open_database(path).close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("DROP TABLE accounting")
+        raw.execute(OLD_TABLE)
+        raw.execute("INSERT INTO accounting VALUES (?, 0, 'slurm', '111', 'bob', 'chemistry', ?, ?, 600, 600, 600,"
+                    " 300, 0, 0, 6000, 600, 0, 0, NULL)", (T0, T0, T0 + 600))
+
+
+def table_columns(path: Path) -> dict[str, list[tuple[str, str, int, object]]]:
+    """Every table's columns: name, type, not-null, default."""
+    with sqlite3.connect(path) as raw:
+        tables = [row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {table: [(row[1], row[2], row[3], row[4]) for row in raw.execute(f"PRAGMA table_info({table})")]
+                for table in tables}
+
+
+def test_a_writer_opening_an_older_file_adds_the_throttle_columns_at_once_and_nothing_else(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    old_history(path)
+    before = table_columns(path)
+    open_database(path).close()  # a writer's open: the schema upgrade, before any tally is stored
+    after = table_columns(path)
+    added = [column for column in after["accounting"] if column not in before["accounting"]]
+    assert added == [(name, "REAL", 1, "0") for name in ("power_cap_s", "power_cap_known_s", "thermal_s",
+                                                          "thermal_known_s")]
+    assert {table: columns for table, columns in after.items() if table != "accounting"} == \
+        {table: columns for table, columns in before.items() if table != "accounting"}, "only accounting changes"
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT busy_s, power_cap_s, power_cap_known_s, thermal_s, thermal_known_s"
+                           " FROM accounting").fetchall() == [(600.0, 0.0, 0.0, 0.0, 0.0)], "its row kept"
+
+
+def test_a_read_only_open_of_an_older_file_reads_the_throttle_columns_as_unknown(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    old_history(path)
+    pristine = path.read_bytes()
+    reader = open_database(path, read_only=True)
+    assert reader.execute("SELECT power_cap_s, power_cap_known_s, thermal_s, thermal_known_s FROM accounting"
+                          ).fetchall() == [(0.0, 0.0, 0.0, 0.0)]
+    [(owner, _, stored)] = accounting_table.totals(reader, T0, T0 + H)
+    assert (owner.job, stored.allocated_s, stored.energy_j) == ("111", 600.0, 6000.0)
+    assert (stored.power_cap_pct, stored.thermal_pct) == (None, None), "never measured: unknown, not 0"
+    reader.close()
+    assert path.read_bytes() == pristine, "a reader leaves the file as it was"

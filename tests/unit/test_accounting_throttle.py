@@ -19,6 +19,7 @@ from nvdash.accounting.attribution import Owner, Share
 from nvdash.accounting.ledger import Ledger, Tally
 from nvdash.accounting.report import AccountingBook, Report, make_report, report_csv, report_json, report_table
 from nvdash.accounting.summary import summarize
+from nvdash.apps.accounting_table import totals_html
 from nvdash.history.ranges import TimeRange
 from nvdash.sampling.records import GpuSample, HostSample, Snapshot
 from nvdash.sampling.usage_records import Usage
@@ -103,7 +104,7 @@ def test_the_sentence_names_hours_and_each_policy_at_or_over_five_percent() -> N
                 Tally(start_s=T0, end_s=T0 + hour, allocated_s=hour, power_cap_s=0.049 * hour,
                       power_cap_known_s=hour, thermal_known_s=0.0))]
     text = report_table(Report(TimeRange(T0, T0 + hour, "1h"), "job", summarize(tallies, "job"), "history"))
-    notes = [line for line in text.splitlines() if " lost " in line]
+    notes = [line for line in text.splitlines() if " lost " in line and not line.startswith("total:")]
     assert notes == ["job 4242 lost 14.0 % of its GPU time to the power cap (0.14 of 1.00 GPU-hours)",
                      "job 4242 lost 5.0 % of its GPU time to thermal slowdown (0.05 of 1.00 GPU-hours)"]
     by_user = report_table(Report(TimeRange(T0, T0 + hour, "1h"), "user", summarize(tallies, "user"), "history"))
@@ -179,3 +180,55 @@ def test_mig_instances_take_their_part_of_the_whole_gpus_violation_time() -> Non
     assert (a.power_cap_s, b.power_cap_s) == pytest.approx((0.3, 0.1))
     assert (a.power_cap_pct, b.power_cap_pct) == pytest.approx((70.0, 70.0))
     assert (a.thermal_pct, b.thermal_pct) == pytest.approx((0.0, 0.0)), "read and not rising: 0, not unknown"
+
+
+def test_the_range_totals_add_the_seconds_lost_over_the_seconds_read_and_say_unknown_when_none_was() -> None:
+    """The range's share lost is the rows' lost seconds summed over the rows' known seconds summed (11 %), not the
+    mean of the rows' shares (9.5 %) nor a share of all allocated seconds (9.9 %)."""
+    hour = 3600.0
+    capped = Tally(start_s=T0, end_s=T0 + hour, allocated_s=hour, power_cap_s=504.0, power_cap_known_s=hour,
+                   thermal_s=180.0, thermal_known_s=hour)  # 14 % and 5 %
+    half = Tally(start_s=T0, end_s=T0 + hour, allocated_s=1800.0, power_cap_s=90.0, power_cap_known_s=1800.0)
+    unread = Tally(start_s=T0, end_s=T0 + hour, allocated_s=600.0)  # no counter read: counts in no share
+    tallies = [(Owner("slurm", "4242", "alice", "physics"), 0, capped), (POD_A, 1, half),
+               (Owner("user", "bob", "bob", "bob"), 2, unread)]
+    report = Report(TimeRange(T0, T0 + hour, "1h"), "job", summarize(tallies, "job"), "history")
+    summed = report_json(report)["totals"]
+    assert summed["gpu_hours"] == pytest.approx(6000 / hour)
+    assert (summed["power_cap_s"], summed["power_cap_known_s"], summed["power_cap_pct"]) == (594.0, 5400.0, 11.0)
+    assert (summed["thermal_s"], summed["thermal_known_s"], summed["thermal_pct"]) == (180.0, 3600.0, 5.0)
+    total_line = next(line for line in report_table(report).splitlines() if line.startswith("total:"))
+    assert total_line == ("total: 1.67 GPU-hours, 0.00 busy, 0.00 wasted, 0.000 kWh; lost to throttling: "
+                          "power cap 11.0 % (0.17 of 1.50 GPU-hours), thermal 5.0 % (0.05 of 1.00 GPU-hours)")
+    assert totals_html(report) == (
+        "<b>Range totals:</b> 1.667 GPU-hours · 0.000 busy · 0.000 wasted · 0.000 kWh (* energy counted over part of"
+        " the time only)<br>Lost to throttling: power cap 11.0 % (0.17 of 1.50 GPU-hours) · thermal 5.0 % (0.05 of"
+        " 1.00 GPU-hours)")
+
+    read_none = Report(TimeRange(T0, T0 + hour, "1h"), "job", summarize(tallies[2:], "job"), "history")
+    summed = json.loads(json.dumps(report_json(read_none)))["totals"]
+    assert (summed["power_cap_s"], summed["power_cap_known_s"], summed["power_cap_pct"]) == (None, 0.0, None)
+    assert (summed["thermal_s"], summed["thermal_known_s"], summed["thermal_pct"]) == (None, 0.0, None)
+    total_line = next(line for line in report_table(read_none).splitlines() if line.startswith("total:"))
+    assert total_line.endswith(" kWh; lost to throttling: power cap -, thermal -")
+    assert totals_html(read_none).endswith("<br>Lost to throttling: power cap - · thermal -")
+    nothing = Report(TimeRange(T0, T0 + hour, "1h"), "job", [], "history")
+    assert report_json(nothing)["totals"]["power_cap_pct"] is None, "an empty range: unknown, not 0"
+
+
+def test_range_totals_of_counters_read_that_never_rose_are_zero_not_unknown() -> None:
+    calm = Tally(start_s=T0, end_s=T0 + 10, allocated_s=10.0, power_cap_known_s=10.0, thermal_known_s=10.0)
+    report = Report(TimeRange(T0, T0 + 10, "1h"), "job", summarize([(POD_A, 0, calm)], "job"), "history")
+    summed = report_json(report)["totals"]
+    assert (summed["power_cap_s"], summed["power_cap_pct"], summed["thermal_s"], summed["thermal_pct"]) == (
+        0.0, 0.0, 0.0, 0.0)
+    assert "lost to throttling: power cap 0.0 % (0.0 of 10.0 GPU-seconds), thermal 0.0 % (0.0 of 10.0 GPU-seconds)" \
+        in report_table(report)
+
+
+def test_gpu_time_under_an_hour_is_written_in_seconds_so_the_share_can_be_checked_against_it() -> None:
+    """19.5 s of 291.6 s is 6.7 %; in hours to two decimals it would read 0.01 of 0.08 (12.5 %)."""
+    short = Tally(start_s=T0, end_s=T0 + 300, allocated_s=291.6, power_cap_s=19.5, power_cap_known_s=291.6)
+    report = Report(TimeRange(T0, T0 + 300, "1h"), "job", summarize([(POD_A, 0, short)], "job"), "history")
+    assert totals_html(report).endswith(": power cap 6.7 % (19.5 of 291.6 GPU-seconds) · thermal -")
+    assert "pod ml/a lost 6.7 % of its GPU time to the power cap (19.5 of 291.6 GPU-seconds)" in report_table(report)

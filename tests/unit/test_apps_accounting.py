@@ -127,7 +127,9 @@ def test_table_shows_each_jobs_hours_energy_and_memory(book: AccountingBook) -> 
         "peak memory", "power cap %", "thermal %", "start", "end"]
     totals = [model.text for model in models(doc, Div) if "Range totals" in model.text]
     assert totals == ["<b>Range totals:</b> 0.001 GPU-hours · 0.000 busy · 0.000 wasted · 0.000 kWh "
-                      "(* energy counted over part of the time only)"]
+                      "(* energy counted over part of the time only)<br>Lost to throttling: power cap - · thermal -"
+                      ], "no counter read"
+    assert named(doc, Div, "totals").height == 52, "two lines of 26 px: the throttling gets its own line"
     assert status(doc).startswith("in memory since this server started (no history) · last 7 days · 2 jobs · ")
 
 

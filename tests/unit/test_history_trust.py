@@ -69,6 +69,13 @@ def ours_in_name_only(path: Path) -> None:
           "PRAGMA user_version = 1")
 
 
+def accounting_without_energy(path: Path) -> None:
+    """An accounting table lacking a column every history's table has (unlike the throttle columns, which an older
+    file may lack)."""
+    recorded(path)
+    _edit(path, "ALTER TABLE accounting DROP COLUMN energy_j")
+
+
 def run(args: list[str]) -> subprocess.CompletedProcess[str]:
     """``python -m nvdash ARGS`` to its end; a command still running at the deadline is a hang."""
     try:
@@ -106,6 +113,8 @@ CRAFTED: dict[str, tuple[Callable[[Path], None], tuple[str, ...], tuple[str, ...
     "a trigger": (endless_trigger, ("export", "import", "report", "replay"), ("holds a trigger",)),
     "huge values": (huge_values, ("export", "report", "replay"), ("over 16 MiB", "string or blob too big")),
     "ours in name only": (ours_in_name_only, ("export", "import", "report", "replay"), ("is missing",)),
+    "accounting lacks a required column": (accounting_without_energy, ("export", "import", "report", "replay"),
+                                           ("table 'accounting' lacks column 'energy_j'",)),
 }
 
 
