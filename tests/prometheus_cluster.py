@@ -102,11 +102,13 @@ def _pods(name: str, server: NvdashServer) -> list[Pod]:
 
 
 @contextmanager
-def run_prometheus(root: Path, targets: Sequence[str], *, rules: bool = True) -> Iterator[str]:
-    """A real Prometheus scraping ``targets`` (``host:port``) every second, its data under ``root``; yields its URL
-    once it is ready (not yet scraped)."""
+def run_prometheus(root: Path, targets: Sequence[str], *, rules: bool | Path = True) -> Iterator[str]:
+    """A real Prometheus scraping ``targets`` (``host:port``) every second, its data under ``root``, with the shipped
+    alert rules (``rules=True``), none (``False``) or the rules file given; yields its URL once it is ready (not yet
+    scraped)."""
     config = root / "prometheus.yml"
-    rule_files = f"rule_files:\n  - {RULES}\n" if rules else ""
+    rules_file = rules if isinstance(rules, Path) else RULES if rules else None
+    rule_files = f"rule_files:\n  - {rules_file}\n" if rules_file is not None else ""
     config.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n" + rule_files +
         f"scrape_configs:\n  - job_name: nvdash\n    static_configs:\n      - targets: {json.dumps(list(targets))}\n"

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-import tests.prometheus_cluster
 from tests.conftest import get_json, nvdash_server, wait_for
 from tests.prometheus_cluster import query, run_prometheus
 
@@ -26,13 +25,12 @@ def families_read(path: Path) -> set[str]:
 
 
 @pytest.fixture
-def prometheus_4_9(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def prometheus_4_9(tmp_path: Path) -> Iterator[str]:
     """Prometheus with the 4.9 rules, scraping a simulated DGX H100 (every family the rules read) named node-b with
     an XID 48 on GPU 0 after 3 s; yields Prometheus's URL once it has scraped the XID."""
-    monkeypatch.setattr(tests.prometheus_cluster, "RULES", RULES_4_9)
     with nvdash_server(["--simulate", "dgx-h100", "--interval", "0.5", "--no-history", "--hostname", "node-b",
                         "--metrics-compat", "4.9"], env={"NVDASH_FAKE_FAULTS": "xid:48:0@3"}) as server, \
-            run_prometheus(tmp_path, [f"127.0.0.1:{server.port}"]) as url:
+            run_prometheus(tmp_path, [f"127.0.0.1:{server.port}"], rules=RULES_4_9) as url:
         wait_for(lambda: query(url, "DCGM_FI_DEV_XID_ERROR > 0"), bool, timeout_s=90.0)
         yield url
 
