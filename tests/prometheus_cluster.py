@@ -152,3 +152,9 @@ def prometheus_cluster(root: Path, *, central: bool = False, rules: bool = True)
         if central:
             view = stack.enter_context(nvdash_server(["--simulate", "none", "--no-history", "--prometheus", url]))
         yield Cluster(url, nodes, listers, view)
+
+
+def firing_alerts(url: str) -> list[dict[str, Any]]:
+    """The alerts the Prometheus at ``url`` has firing now."""
+    alerts = get_json(url + "/api/v1/alerts")["data"]["alerts"]
+    return [alert for alert in alerts if alert["state"] == "firing"]

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 
 import pytest
+
+from nvdash.sampling.hardware import Hardware, open_hardware
 
 
 def _driver_present() -> bool:
@@ -22,3 +25,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/gpu/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def hardware() -> Iterator[Hardware]:
+    """The real GPUs through nvdash's hardware layer, opened once per module."""
+    opened = open_hardware(None)
+    try:
+        yield opened
+    finally:
+        opened.close()

@@ -10,24 +10,13 @@ to nvidia-smi's printed precision, momentary readings within a stated drift.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from nvdash.sampling.hardware import Hardware, open_hardware
+from nvdash.sampling.hardware import Hardware
 from tests.gpu import nvsmi
 from tests.gpu.parity import CSV_FIELDS, SmiOutput, build_checks, format_table
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def hardware() -> Iterator[Hardware]:
-    opened = open_hardware(None)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def test_every_reading_matches_nvidia_smi(hardware: Hardware) -> None:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import csv
 import subprocess
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from nvdash.sampling.hardware import Hardware, open_hardware
+from nvdash.sampling.hardware import Hardware
 from nvdash.sampling.nvml_source import PCIE_LANE_BYTES_PER_S
 from tests.conftest import get_json, nvdash_server, wait_for
 
@@ -32,15 +31,6 @@ def smi() -> list[dict[str, str]]:
     ).stdout
     names = FIELDS.split(",")
     return [dict(zip(names, (cell.strip() for cell in row), strict=True)) for row in csv.reader(out.splitlines())]
-
-
-@pytest.fixture(scope="module")
-def hardware() -> Iterator[Hardware]:
-    opened = open_hardware(None)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def test_inventory_matches_nvidia_smi(hardware: Hardware) -> None:

@@ -7,12 +7,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import get_json, nvdash_server, wait_for
-from tests.prometheus_cluster import query, run_prometheus
+from tests.prometheus_cluster import firing_alerts, query, run_prometheus
 
 RULES_4_9 = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "nvdash-alerts-4.9.yml"
 
@@ -44,11 +43,7 @@ def test_the_4_9_rules_fire_on_a_4_9_node(prometheus_4_9: str) -> None:
     rules = {rule["name"] for group in get_json(url + "/api/v1/rules")["data"]["groups"] for rule in group["rules"]}
     assert "NvdashGpuCriticalXid" in rules
 
-    def firing() -> list[dict[str, Any]]:
-        alerts = get_json(url + "/api/v1/alerts")["data"]["alerts"]
-        return [alert for alert in alerts if alert["state"] == "firing"]
-
-    alerts = wait_for(firing, lambda found: {a["labels"]["alertname"] for a in found}
+    alerts = wait_for(lambda: firing_alerts(url), lambda found: {a["labels"]["alertname"] for a in found}
                       >= {"NvdashGpuXidError", "NvdashGpuCriticalXid"}, timeout_s=90.0)
     critical = [alert for alert in alerts if alert["labels"]["alertname"] == "NvdashGpuCriticalXid"]
     assert [(a["labels"]["hostname"], a["labels"]["gpu"], a["labels"]["err_code"]) for a in critical] == [

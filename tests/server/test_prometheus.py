@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from nvdash.cluster.promapi import PrometheusClient, PrometheusError
 from nvdash.health.status import Status
 from tests.conftest import NvdashServer, get_json, http_get, wait_for
 from tests.grafana_queries import dashboard_queries
-from tests.prometheus_cluster import IDLE_PODS, NODES, prometheus_cluster, query
+from tests.prometheus_cluster import IDLE_PODS, NODES, firing_alerts, prometheus_cluster, query
 
 NODE_FAMILIES = {"nvdash_last_sample_timestamp_seconds", "nvdash_last_process_sample_timestamp_seconds"}
 """The node's own series (when it last read), which belong to no GPU."""
@@ -78,11 +77,7 @@ def test_grafana_12239_queries_give_one_series_per_gpu(cluster: tuple[str, dict[
 def test_an_injected_xid_fires_the_xid_rules(cluster: tuple[str, dict[str, NvdashServer]]) -> None:
     url, _servers = cluster
 
-    def firing() -> list[dict[str, Any]]:
-        alerts = get_json(url + "/api/v1/alerts")["data"]["alerts"]
-        return [alert for alert in alerts if alert["state"] == "firing"]
-
-    alerts = wait_for(firing, lambda found: {a["labels"]["alertname"] for a in found}
+    alerts = wait_for(lambda: firing_alerts(url), lambda found: {a["labels"]["alertname"] for a in found}
                       >= {"NvdashGpuXidError", "NvdashGpuCriticalXid"}, timeout_s=90.0)
     critical = [alert for alert in alerts if alert["labels"]["alertname"] == "NvdashGpuCriticalXid"]
     # One alert per pod sharing the GPU (each series carries its pod, as dcgm-exporter's pod mapper writes them).
