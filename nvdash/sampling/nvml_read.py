@@ -55,7 +55,7 @@ PCIE_COUNTER_BOUND_BYTES_PER_S = 256e9
 rate exceeds it was reset, not wrapped."""
 SLOW_INTERVAL_S = 5.0
 """Seconds between readings of the health counters (ECC, remapped rows, retired pages, NVLink errors) and of the
-throttle-time counters and the management power limit."""
+management power limit."""
 
 
 class DeviceReader:
@@ -91,6 +91,7 @@ class DeviceReader:
         if device.info.gpm_supported:
             values.update(self._gpm.read(device))
         values.update(self._video(device))
+        values.update(self._violations(device))
         now = self._clock()
         if now >= device.slow_due_s:
             device.slow_due_s = now + self._slow_interval_s
@@ -253,24 +254,23 @@ class DeviceReader:
         }
 
     def _slow_readings(self, device: Device, links: tuple[NvLinkSample, ...]) -> dict[str, Any]:
-        """The management power limit, throttle-time counters and NVLink error totals, at the slow cadence.
-
-        The violation times are cumulative counters: reading them every few seconds loses nothing (a rate over
-        any longer window is exact), and the sweep's clock event reasons already say what holds the clocks now.
-        The management limit changes only when someone sets it.
-        """
+        """The management power limit and NVLink error totals, at the slow cadence (the limit changes only when
+        someone sets it)."""
         nvml = self._nvml
         limit_mw = self._get(device, "power_management_limit", nvml.nvmlDeviceGetPowerManagementLimit)
         values: dict[str, Any] = {"power_management_limit_w": limit_mw / 1000.0 if limit_mw is not None else None}
-        values.update(self._violations(device))
         for name in NVLINK_ERROR_COUNTERS:
             counts = [count for link in links if (count := getattr(link, name)) is not None]
             values[f"nvlink_{name}"] = sum(counts) if counts else None
         return values
 
     def _violations(self, device: Device) -> dict[str, int | None]:
-        """The throttle-time counters: NVML's perf policy fields in one field-values call, as NVML asks now that it
-        deprecates ``nvmlDeviceGetViolationStatus``; that call for a field the driver does not answer."""
+        """The throttle-time counters, every sweep: NVML's perf policy fields in one field-values call, as NVML asks
+        now that it deprecates ``nvmlDeviceGetViolationStatus``; that call for a field the driver does not answer.
+
+        Every sweep, not at the slow cadence: whoever holds the GPU is charged each sweep's increase (the
+        accounting), and an increase read only every few seconds would land in one sweep's interval, where no more
+        than the interval can be believed."""
         nvml = self._nvml
         wanted = [name for name in VIOLATION_POLICIES if self._caller.supported(device, f"{name}_field")]
         fields: dict[str, int] = {}
