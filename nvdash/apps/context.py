@@ -8,9 +8,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nvdash.apps.shared_ticks import TickCache
-from nvdash.apps.stages import Staging
 from nvdash.history.query import HistoryBackend
+from nvdash.live.stages import Staging
+from nvdash.live.ticks import TickCache
 from nvdash.store import Store
 
 if TYPE_CHECKING:
@@ -39,10 +39,10 @@ class AppContext:
     accounting: AccountingBook | None = None
     """The accounting (jobs' GPU-hours and the allocations idle now); ``None``: not kept (tests)."""
     staging: Staging | None = None
-    """On a server: heavy pages are built in stages once their viewer connects (see :mod:`nvdash.apps.stages`),
+    """On a server: heavy pages are built in stages once their viewer connects (see :mod:`nvdash.live.stages`),
     each turn under the server's guard; ``None``: all at once."""
     ticks: TickCache = field(default_factory=TickCache, compare=False)
-    """Per-tick results shared by every session of a route (see :mod:`nvdash.apps.shared_ticks`)."""
+    """Per-tick results shared by every session of a route (see :mod:`nvdash.live.ticks`)."""
 
     @property
     def live_readings(self) -> bool:

@@ -35,8 +35,8 @@ from bokeh.models.widgets import DataTable, TableColumn
 from bokeh.palettes import Category10_10, Viridis256
 from bokeh.plotting import figure
 
-from nvdash.apps.stages import Later, Staging, run_in_stages
-from nvdash.apps.visibility import hidden_flag
+from nvdash.live.stages import Later, Staging, run_in_stages
+from nvdash.live.visibility import hidden_flag
 from nvdash.sampling.records import GpuInfo
 from nvdash.units import (
     IEC_UNITS,
@@ -384,8 +384,8 @@ def bar_labels(
 def add_page(doc: Document, title: str, *children: UIElement | Later, dark: bool,
              staging: Staging | None = None) -> None:
     """Title the document and add its content stacked so it fills the pane or browser window (with the invisible
-    flag by which the browser says when nobody can see the page: :mod:`nvdash.apps.visibility`). The
-    :class:`~nvdash.apps.stages.Later` parts are made after the page's frame with ``staging`` (on a server), else
+    flag by which the browser says when nobody can see the page: :mod:`nvdash.live.visibility`). The
+    :class:`~nvdash.live.stages.Later` parts are made after the page's frame with ``staging`` (on a server), else
     at once."""
     doc.title = title
     styles = {"background-color": DARK_BACKGROUND} if dark else {}

@@ -53,7 +53,7 @@ from nvdash.apps.figures import add_page, data_table, gpu_color, text_color
 from nvdash.apps.gpu_processes import table_height
 from nvdash.apps.theme import apply_theme, request_arguments
 from nvdash.apps.time_range import query_values
-from nvdash.apps.visibility import hidden_flag
+from nvdash.live.visibility import hidden_flag
 
 log = logging.getLogger(__name__)
 

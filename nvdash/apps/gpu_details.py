@@ -34,10 +34,7 @@ from nvdash.apps.figures import (
     timeline_figure,
     timeline_range,
 )
-from nvdash.apps.live import Follower, follow, pause_toggle, streamable
 from nvdash.apps.rows import FloatArray, gpu_reading, gpu_value, nan_if_none
-from nvdash.apps.shared_ticks import TickCache, opening_columns
-from nvdash.apps.stages import Stage, StagedGrid, run_in_stages
 from nvdash.apps.theme import apply_theme, request_arguments
 from nvdash.apps.throughput import recent_rows
 from nvdash.apps.time_range import TimeRangeControl
@@ -55,6 +52,9 @@ from nvdash.apps.timelines import (
 )
 from nvdash.health.clock_events import REASONS, SW_POWER_CAP, ClockEventReason, describe_reasons
 from nvdash.history.query import HistoryResult
+from nvdash.live.follow import Follower, follow, pause_toggle, streamable
+from nvdash.live.stages import Stage, StagedGrid, run_in_stages
+from nvdash.live.ticks import TickCache, opening_columns
 from nvdash.sampling.records import GpuInfo, GpuSample, Snapshot
 from nvdash.store import Store
 from nvdash.units import format_pct

@@ -46,16 +46,16 @@ from nvdash.apps.figures import (
     timeline_figure,
     timeline_range,
 )
-from nvdash.apps.live import period_ms, streamable
 from nvdash.apps.rows import FloatArray, gpu_sample, time_ms
-from nvdash.apps.shared_ticks import TickCache, opening_columns
-from nvdash.apps.stages import placeholder, run_in_stages
 from nvdash.apps.theme import apply_theme
 from nvdash.apps.time_range import TimeRangeControl
 from nvdash.health.hints import Hint, bottleneck_hints
 from nvdash.health.status import GpuHealth, Status, evaluate, evaluate_gpu
 from nvdash.health.xid import xid_info
 from nvdash.history.query import HistoryResult, Series
+from nvdash.live.follow import period_ms, streamable
+from nvdash.live.stages import placeholder, run_in_stages
+from nvdash.live.ticks import TickCache, opening_columns
 from nvdash.sampling.records import GpuEvent, GpuSample, Inventory, Snapshot
 from nvdash.store import Store
 

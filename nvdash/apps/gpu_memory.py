@@ -28,12 +28,12 @@ from nvdash.apps.figures import (
     gpu_description,
     gpu_label,
 )
-from nvdash.apps.live import follow, latest, refresh_batch
 from nvdash.apps.process_bars import bar_categories, refresh, refresh_factors
 from nvdash.apps.process_usage import GPU_BAR_HEIGHT, MIG_BAR_HEIGHT, instance_text, mig_rows
 from nvdash.apps.rows import gpu_memory_total, gpu_reading
-from nvdash.apps.stages import Later
 from nvdash.apps.theme import apply_theme
+from nvdash.live.follow import follow, latest, refresh_batch
+from nvdash.live.stages import Later
 from nvdash.sampling.records import GpuInfo, Snapshot
 
 TITLE = "GPU Memory"

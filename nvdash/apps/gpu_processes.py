@@ -27,13 +27,13 @@ from nvdash.apps.figures import (
     data_table,
     text_color,
 )
-from nvdash.apps.live import follow, latest, pause_toggle
 from nvdash.apps.process_bars import bar_categories, refresh, refresh_factors
 from nvdash.apps.process_memory import memory_columns
 from nvdash.apps.process_notes import IDLE_COLUMNS, idle_columns, idle_note, status_html
 from nvdash.apps.process_table import ALL, KEEP_ALL, ProcessFilter, choices, filter_values, table_columns
-from nvdash.apps.stages import Later
 from nvdash.apps.theme import apply_theme
+from nvdash.live.follow import follow, latest, pause_toggle
+from nvdash.live.stages import Later
 from nvdash.sampling.records import GpuInfo, Snapshot
 from nvdash.sampling.usage_records import Usage
 

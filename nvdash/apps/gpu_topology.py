@@ -17,8 +17,8 @@ from bokeh.plotting import figure
 
 from nvdash.apps.context import AppContext
 from nvdash.apps.figures import add_page, gpu_label, text_color
-from nvdash.apps.stages import Later
 from nvdash.apps.theme import apply_theme
+from nvdash.live.stages import Later
 from nvdash.sampling.records import GpuInfo, Inventory
 
 TITLE = "GPU Topology"

@@ -23,10 +23,10 @@ from nvdash.apps.figures import (
     gpu_description,
     gpu_label,
 )
-from nvdash.apps.live import follow_latest
 from nvdash.apps.rows import gpu_reading, nan_if_none
-from nvdash.apps.stages import Later
 from nvdash.apps.theme import apply_theme
+from nvdash.live.follow import follow_latest
+from nvdash.live.stages import Later
 from nvdash.sampling.records import GpuInfo, Snapshot
 
 TITLE = "GPU Utilization"

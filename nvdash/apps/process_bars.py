@@ -9,7 +9,7 @@ from typing import Any
 from bokeh.models import ColumnDataSource, FactorRange
 from bokeh.plotting import figure
 
-from nvdash.apps.live import patch_changed
+from nvdash.live.follow import patch_changed
 
 
 def same_shape(source: ColumnDataSource, data: dict[str, list[Any]]) -> bool:

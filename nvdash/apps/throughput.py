@@ -34,10 +34,10 @@ from nvdash.apps.figures import (
     legend_item,
     text_color,
 )
-from nvdash.apps.live import follow, patch_changed, refresh_batch
 from nvdash.apps.rows import gpu_reading, largest, nan_if_none
-from nvdash.apps.stages import Later
 from nvdash.apps.theme import apply_theme
+from nvdash.live.follow import follow, patch_changed, refresh_batch
+from nvdash.live.stages import Later
 from nvdash.sampling.records import GpuInfo, GpuSample, Snapshot
 from nvdash.store import Store
 

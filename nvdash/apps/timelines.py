@@ -35,14 +35,14 @@ from nvdash.apps.figures import (
     timeline_figure,
     timeline_range,
 )
-from nvdash.apps.live import Follower, follow, pause_toggle, refresh_batch, streamable
 from nvdash.apps.rows import FloatArray, column, gpu_sample, gpu_value, time_ms
-from nvdash.apps.shared_ticks import TickCache, opening_columns
-from nvdash.apps.stages import Stage, StagedGrid, run_in_stages
 from nvdash.apps.theme import apply_theme
 from nvdash.apps.time_range import TimeRangeControl
 from nvdash.history.query import HistoryResult
 from nvdash.history.query import Series as HistorySeries
+from nvdash.live.follow import Follower, follow, pause_toggle, refresh_batch, streamable
+from nvdash.live.stages import Stage, StagedGrid, run_in_stages
+from nvdash.live.ticks import TickCache, opening_columns
 from nvdash.sampling.records import GpuInfo, GpuSample, Snapshot
 from nvdash.store import Store
 
@@ -386,7 +386,7 @@ class TimelineView:
 
     def opening(self) -> tuple[DataDict, int, list[Stage]]:
         """The columns to open with, their newest row's number, and the steps to run before :meth:`show_live`
-        when the route's columns are cold (see :func:`~nvdash.apps.shared_ticks.opening_columns`)."""
+        when the route's columns are cold (see :func:`~nvdash.live.ticks.opening_columns`)."""
         return opening_columns(self.ticks, ("store", self.name), self.store, self._columns)
 
     def show_live(self) -> None:
@@ -450,7 +450,7 @@ def build_timelines(doc: Document, ctx: AppContext, title: str, panels: Sequence
     A legend is shown once per label, above the first plot that has it (the GPUs' above the first plot);
     clicking an entry hides that series in every plot. A panel with a single new host series has none.
     A time range control above the plots switches between Live and a past range. On a server the page is
-    built in stages (:mod:`nvdash.apps.stages`): its frame first, then a plot (with the data) per event-loop turn.
+    built in stages (:mod:`nvdash.live.stages`): its frame first, then a plot (with the data) per event-loop turn.
     """
     dark = apply_theme(doc)
     source = ColumnDataSource()

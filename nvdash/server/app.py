@@ -22,17 +22,19 @@ from bokeh.settings import settings as bokeh_settings
 from tornado.ioloop import IOLoop
 from tornado.web import RequestHandler
 
+from nvdash import live
 from nvdash.accounting.report import AccountingBook
 from nvdash.apps import APPS, AppContext, AppSpec, Requirement, unavailable_reason
-from nvdash.apps.stages import Staging
 from nvdash.apps.stale_banner import add_stale_banner
 from nvdash.cluster import ClusterRuntime
 from nvdash.freshness import STALE_MIN_S, Stale, iso_time, merge, stale_since
 from nvdash.health.status import evaluate
 from nvdash.history.csv_io import export_chunks
+from nvdash.live import internals
+from nvdash.live.stalled import StalledViewers
 from nvdash.sampling.host_source import interface_addresses
 from nvdash.sampling.sampler import Sampler
-from nvdash.server import door, gc_policy
+from nvdash.server import door
 from nvdash.server.access import host_of, is_loopback, url_host
 from nvdash.server.accounting_api import AccountingCsvHandler, AccountingJsonHandler
 from nvdash.server.auth import Gate, TokenAuth, admitted, gate_of_server
@@ -51,11 +53,8 @@ from nvdash.server.pages import (
     render_index,
     render_unavailable,
 )
-from nvdash.server.preflight import refuse_preflights_without_origin
 from nvdash.server.snapshot import snapshot_json
-from nvdash.server.stalled import StalledViewers
 from nvdash.server.usage_json import processes_json
-from nvdash.server.ws_batch import batch_websocket_writes
 from nvdash.settings import Settings
 from nvdash.store import Store
 from nvdash.supervision import Supervisor
@@ -322,7 +321,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
     context = AppContext(store=store, interval_s=settings.interval_s, history=history.backend,
                          history_executor=history.executor, clock=history.clock, replay=history.replay,
                          cluster=runtime.cluster, accounting=runtime.accounting,
-                         staging=Staging(guard=gc_policy.building))
+                         staging=live.staging())
     cluster = runtime.cluster is not None
     prefix = settings.prefix
     applications: dict[str, Application] = {}
@@ -398,11 +397,9 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         # no public way to add one to its Tornado HTTPServer. A duplicate: Tornado closes its sockets on stop, and
         # the caller's listener stays open for the next nvdash.
         os.unlink(f"{settings.unix_socket}{BOKEH_SOCKET_SUFFIX}")
-        server._http.add_sockets([listener.dup()])
+        internals.http_server(server).add_sockets([listener.dup()])
     _allow_bracketed_origins(server, [origin for origin in origins if origin.startswith("[")])
-    refuse_preflights_without_origin(server)
     door.install(server, allowed_hosts(settings), gate_of_server(server))
-    batch_websocket_writes(server)
     holder.append(server)
     return server
 
@@ -421,4 +418,4 @@ def _allow_bracketed_origins(server: Server, origins: list[str]) -> None:
     them there works; Bokeh offers no public way to reach that set from the ``Server``.
     """
     if origins:
-        server._tornado.websocket_origins.update(origins)
+        internals.websocket_origins(server).update(origins)

@@ -20,6 +20,7 @@ from bokeh.server.auth_provider import AuthProvider
 from jinja2 import Environment, select_autoescape
 from tornado.web import RequestHandler
 
+from nvdash.live.internals import tornado_app
 from nvdash.server.access import (
     COOKIE_MAX_AGE_S,
     cookie_name,
@@ -102,7 +103,7 @@ def gate_of(handler: RequestHandler) -> Gate | None:
 
 def gate_of_server(server: Any) -> Gate | None:
     """The gate of a Bokeh ``Server``, or ``None`` when its dashboards are open."""
-    provider = getattr(server._tornado, "auth_provider", None)
+    provider = getattr(tornado_app(server), "auth_provider", None)
     return provider.gate if isinstance(provider, TokenAuth) else None
 
 

@@ -24,6 +24,7 @@ from bokeh.server.server import Server
 from tornado import httputil
 from tornado.web import OutputTransform, RequestHandler
 
+from nvdash.live.internals import tornado_app
 from nvdash.server.access import host_allowed, redact_tokens, same_secret, without_token
 from nvdash.server.auth import Gate
 
@@ -115,7 +116,7 @@ def allowed_host(hosts: frozenset[str] | None) -> Callable[[str], bool]:
 def install(server: Server, hosts: frozenset[str] | None, gate: Gate | None) -> None:
     """Route every request of ``server`` through the door: the ``Host`` check (``hosts``: the names answered
     besides loopback ones; ``None``: any), the token redirect (with ``gate``), the headers, the log filter."""
-    application = server._tornado
+    application = tornado_app(server)
     routes = application.find_handler
     allowed = allowed_host(hosts)
 

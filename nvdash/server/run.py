@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
+from nvdash import live
 from nvdash.accounting.accountant import Accountant
 from nvdash.accounting.report import AccountingBook
 from nvdash.cluster import open_cluster
@@ -26,7 +27,6 @@ from nvdash.sampling.records import GpuEvent, Inventory
 from nvdash.sampling.sampler import Sampler
 from nvdash.sampling.usage import UsageCollector
 from nvdash.sampling.user_names import NameResolver
-from nvdash.server import gc_policy
 from nvdash.server.access import dashboard_token, is_loopback, start_url
 from nvdash.server.app import WILDCARD_HOSTS, Runtime, make_server
 from nvdash.server.history_setup import open_history, open_replay
@@ -198,9 +198,7 @@ def serve(settings: Settings, listener: socket.socket | None = None) -> int:
                     f"port {settings.port} on {settings.host} is already in use; choose another with --port"
                 ) from None
             raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {error.strerror}") from None
-        gc_policy.install()
-        gc_policy.tune_thresholds()
-        gc_policy.freeze_startup_objects()
+        live.install(server, runtime.viewers, settings.viewer_stall_timeout_s)
         if runtime.sampler is not None:
             runtime.sampler.start()
         if runtime.cluster is not None:
@@ -214,7 +212,6 @@ def serve(settings: Settings, listener: socket.socket | None = None) -> int:
             runtime.xid_status = hardware.gpus.watch_xids(record, runtime.supervisor) or "watching"
         server.start()
         runtime.loop_monitor.start(server.io_loop)
-        runtime.viewers.start(server, settings.viewer_stall_timeout_s)
         print(f"nvdash: {_describe(runtime)}", flush=True)
         if settings.unix_socket is not None:
             print(f"nvdash: listening on unix socket {settings.unix_socket} (this user only), "

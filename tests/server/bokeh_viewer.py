@@ -10,14 +10,14 @@ from typing import Any
 from bokeh.client import ClientSession, pull_session
 from bokeh.models import ColumnDataSource, GridPlot
 
-from nvdash.apps.stages import PENDING_NAME
+from nvdash.live.stages import PENDING_NAME
 from tests.conftest import wait_for
 
 
 def open_session(url: str, route: str) -> ClientSession:
     """A client session on ``route``, as a browser tab would open it, once the whole page has arrived.
 
-    Pages are built in stages after the document is pulled (``nvdash.apps.stages``): a timeline grid gets its
+    Pages are built in stages after the document is pulled (``nvdash.live.stages``): a timeline grid gets its
     merged toolbar with the last stage, a part made later fills its empty place.
     """
     session = pull_session(url=url + route)

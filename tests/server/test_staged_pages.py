@@ -5,7 +5,7 @@ from __future__ import annotations
 from bokeh.client import pull_session
 from bokeh.models import ColumnDataSource, GridPlot, Plot, ToolProxy
 
-from nvdash.apps.stages import PENDING_NAME, PLACEHOLDER_NAME
+from nvdash.live.stages import PENDING_NAME, PLACEHOLDER_NAME
 from tests.conftest import nvdash_server, wait_for
 from tests.server.bokeh_viewer import receive_for
 

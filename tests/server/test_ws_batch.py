@@ -21,7 +21,7 @@ from bokeh.server.server import Server
 from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream
 
-from nvdash.server.ws_batch import batch_websocket_writes, columns_message, frame, message_bytes
+from nvdash.live.ws_batch import batch_websocket_writes, columns_message, frame, message_bytes
 from tests.conftest import free_port, wait_for
 
 # --- framing, from RFC 6455 section 5.7 and 5.2 --------------------------------------------------------------------

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from bokeh.models.widgets import Toggle
 
 from nvdash.apps.context import AppContext
-from nvdash.apps.live import Follower, refresh_batch
+from nvdash.live.follow import Follower, refresh_batch
 from nvdash.sampling.records import HostInfo, HostSample, Inventory, Snapshot
 from nvdash.store import Store
 

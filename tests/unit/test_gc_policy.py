@@ -13,7 +13,7 @@ import pytest
 from bokeh.document import Document
 from bokeh.models import ColumnDataSource
 
-from nvdash.server import gc_policy
+from nvdash.live import gc_policy
 
 
 @pytest.fixture

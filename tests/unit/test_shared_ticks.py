@@ -11,8 +11,8 @@ from bokeh.models import ColumnDataSource
 from bokeh.protocol import Protocol
 
 from nvdash.apps import gpu_resources, gpu_utilization
-from nvdash.apps.live import SMALL_STREAM_ROWS, streamable
-from nvdash.apps.shared_ticks import WARM_ROWS, TickCache
+from nvdash.live.follow import SMALL_STREAM_ROWS, streamable
+from nvdash.live.ticks import WARM_ROWS, TickCache
 from nvdash.sampling.records import Snapshot
 from nvdash.store import Store
 from tests.unit.test_apps import INVENTORY, NEW_ROW, ROWS, make_ctx, tick

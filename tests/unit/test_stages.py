@@ -8,7 +8,7 @@ from bokeh.models import Tool, ToolProxy
 from bokeh.plotting import figure
 
 from nvdash.apps.figures import Unit, timeline_figure, timeline_range
-from nvdash.apps.stages import StagedGrid, Staging, run_in_stages
+from nvdash.live.stages import StagedGrid, Staging, run_in_stages
 
 
 def _figures() -> list[figure]:

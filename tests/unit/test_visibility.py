@@ -12,7 +12,7 @@ from bokeh.events import DocumentReady
 from bokeh.models import Spacer
 
 from nvdash.apps import gpu_resources
-from nvdash.apps.visibility import HIDDEN_NAME, hidden_flag
+from nvdash.live.visibility import HIDDEN_NAME, hidden_flag
 from tests.unit.test_apps import NEW_ROW, make_ctx, tick
 
 

@@ -21,6 +21,8 @@ from bokeh.server.views.session_handler import SessionHandler
 from bokeh.util.token import get_session_id, get_token_payload
 from tornado.web import HTTPError, RequestHandler
 
+from nvdash.live.internals import replace_route_targets
+
 
 def _check_token(token: str) -> None:
     """Raise a 400 when Bokeh cannot read ``token`` (what it would fail on with a 500 and a traceback)."""
@@ -68,10 +70,4 @@ REPLACEMENTS: dict[type[RequestHandler], type[RequestHandler]] = {AutoloadJsHand
 def refuse_preflights_without_origin(server: Server) -> int:
     """Route each dashboard's page and ``autoload.js`` to :class:`Doc` and :class:`AutoloadJs`; returns how many
     routes were changed."""
-    changed = 0
-    for rule in server._tornado.wildcard_router.rules:
-        replacement = REPLACEMENTS.get(rule.target)
-        if replacement is not None:
-            rule.target = replacement
-            changed += 1
-    return changed
+    return replace_route_targets(server, REPLACEMENTS)

@@ -2,7 +2,7 @@
 
 Bokeh writes each update of a document to its websocket and, before the document's next callback runs, waits
 until the write has left the process: a viewer that stops reading holds at most one message in the server, and
-its document's callbacks stop until the write completes (``nvdash.server.stalled`` closes such a connection
+its document's callbacks stop until the write completes (``nvdash.live.stalled`` closes such a connection
 after a while). Before that, the kernel's send buffer (megabytes, with autotuning) would keep taking updates
 the viewer never reads. :func:`viewers_ready` says when a document should skip a tick instead: while nobody is
 connected to it (after a page is fetched and before its websocket opens, and for the seconds Bokeh keeps a
@@ -17,11 +17,12 @@ import socket
 import struct
 import sys
 import termios
-from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from bokeh.document import Document
 from tornado.websocket import WebSocketHandler
+
+from nvdash.live.internals import connection_websocket, session_connections, write_indexes
 
 PENDING_LIMIT_BYTES = 256 * 1024
 """A viewer with more than this waiting for it gets no new update until it has read it (a steady tick is a
@@ -51,17 +52,16 @@ def outgoing(handler: WebSocketHandler) -> Outgoing | None:
     stream = getattr(handler.ws_connection, "stream", None)
     if stream is None or stream.closed():
         return None
-    written = int(getattr(stream, "_total_write_done_index", 0))
-    buffered = int(getattr(stream, "_total_write_index", 0)) - written
+    total, written = write_indexes(stream)
+    buffered = total - written
     queued = kernel_queue_bytes(stream.socket)
     return Outgoing(buffered + queued, written - queued)
 
 
 def session_websockets(session: Any) -> list[WebSocketHandler]:
     """The websocket handlers of a Bokeh ``ServerSession``'s connections (empty when it has none)."""
-    connections: Iterable[Any] = getattr(session, "_subscribed_connections", ())
-    handlers = (getattr(connection, "_socket", None) for connection in connections)
-    return [handler for handler in handlers if isinstance(handler, WebSocketHandler)]
+    handlers = (connection_websocket(connection) for connection in session_connections(session))
+    return [handler for handler in handlers if handler is not None]
 
 
 def viewers_ready(doc: Document, limit_bytes: int = PENDING_LIMIT_BYTES) -> bool:

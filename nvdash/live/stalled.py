@@ -1,7 +1,7 @@
 """Closes the websockets of viewers that stopped reading.
 
 A viewer that stops reading (a frozen tab, a suspended laptop behind a NAT that still holds the connection)
-costs the server little: its document skips ticks (``nvdash.apps.backpressure``) or waits on one unfinished
+costs the server little: its document skips ticks (``nvdash.live.backpressure``) or waits on one unfinished
 write. But Bokeh keeps its session, and the connection, for as long as the socket stays open, which can be
 forever. Every few seconds this looks at each websocket; one that has had bytes waiting and taken none of them
 for ``timeout_s`` is closed, and Bokeh then discards its session as it does any other.
@@ -13,13 +13,13 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from bokeh.server.server import Server
 from tornado.ioloop import PeriodicCallback
 from tornado.websocket import WebSocketHandler
 
-from nvdash.apps.backpressure import outgoing
+from nvdash.live.backpressure import outgoing
+from nvdash.live.internals import connection_websocket, server_connections
 
 DEFAULT_TIMEOUT_S = 60.0
 CHECK_PERIOD_S = 5.0
@@ -30,10 +30,8 @@ CLOSE_REASON = "not reading updates"
 
 def server_websockets(server: Server) -> list[WebSocketHandler]:
     """The websocket handlers of every connection the Bokeh server holds now."""
-    tornado_app: Any = getattr(server, "_tornado", None)
-    connections = list(getattr(tornado_app, "_clients", ()))
-    handlers = (getattr(connection, "_socket", None) for connection in connections)
-    return [handler for handler in handlers if isinstance(handler, WebSocketHandler)]
+    handlers = (connection_websocket(connection) for connection in server_connections(server))
+    return [handler for handler in handlers if handler is not None]
 
 
 @dataclass

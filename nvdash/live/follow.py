@@ -4,20 +4,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from bokeh.document import Document
 from bokeh.models import ColumnDataSource
 from bokeh.models.widgets import Toggle
 
-from nvdash.apps.backpressure import viewers_ready
-from nvdash.apps.context import AppContext
-from nvdash.apps.visibility import hidden_flag
+from nvdash.live.backpressure import viewers_ready
+from nvdash.live.ticks import TickCache
+from nvdash.live.visibility import hidden_flag
 from nvdash.sampling.records import Snapshot
 from nvdash.store import Store
 
 RowsHandler = Callable[[Sequence[Snapshot]], None]
+
+
+class LiveContext(Protocol):
+    """What following the store needs of a dashboard's context (``nvdash.apps.AppContext`` is one): this package
+    sits below the dashboards and does not import them."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def interval_s(self) -> float: ...
+
+    @property
+    def ticks(self) -> TickCache: ...
+
 
 PAUSE_LABEL = "Pause"
 RESUME_LABEL = "Resume"
@@ -27,12 +42,12 @@ class Follower:
     """Remembers the last sequence number a document has seen and hands on what came after it.
 
     While ``pause`` is active nothing is read; the store keeps the rows, so resuming catches up. So it is while
-    ``doc`` has no viewer that takes updates (:func:`~nvdash.apps.backpressure.viewers_ready`) and while nobody can
-    see it (:mod:`nvdash.apps.visibility`).
+    ``doc`` has no viewer that takes updates (:func:`~nvdash.live.backpressure.viewers_ready`) and while nobody can
+    see it (:mod:`nvdash.live.visibility`).
 
     With ``batch`` > 1 rows are handed on ``batch`` at a time, up to a sequence number that is a multiple of
     ``batch``: every session of a route then hands on the very same rows (their columns are computed once, see
-    :mod:`nvdash.apps.shared_ticks`). Catching up after a pause or when seen again hands on everything at once.
+    :mod:`nvdash.live.ticks`). Catching up after a pause or when seen again hands on everything at once.
     """
 
     def __init__(self, store: Store, seq: int, on_rows: RowsHandler, pause: Toggle | None = None,
@@ -83,7 +98,7 @@ class Follower:
             self.catch_up()
 
 
-def period_ms(ctx: AppContext) -> int:
+def period_ms(ctx: LiveContext) -> int:
     """The update period: the sampler's interval, in milliseconds."""
     return max(1, math.ceil(ctx.interval_s * 1000))
 
@@ -95,13 +110,13 @@ ten minutes of samples are about as many as a timeline has pixels across, so a s
 pixel; every sample is still drawn, and the throughput bars' peak markers still see every sample."""
 
 
-def refresh_batch(ctx: AppContext) -> int:
+def refresh_batch(ctx: LiveContext) -> int:
     """Rows per update of a page redrawn every :data:`REFRESH_S`: the samples taken meanwhile (at least one)."""
     return max(1, round(REFRESH_S / ctx.interval_s))
 
 
 def follow(
-    doc: Document, ctx: AppContext, seq: int, on_rows: RowsHandler, pause: Toggle | None = None, *, batch: int = 1
+    doc: Document, ctx: LiveContext, seq: int, on_rows: RowsHandler, pause: Toggle | None = None, *, batch: int = 1
 ) -> Follower:
     """Register the document's one periodic callback, starting after sequence number ``seq``; rows are handed on
     ``batch`` at a time (see :class:`Follower`)."""
@@ -160,7 +175,7 @@ def patch_changed(source: ColumnDataSource, data: dict[str, list[Any]]) -> None:
 
 
 def follow_latest(
-    doc: Document, ctx: AppContext, columns: Callable[[Snapshot | None], dict[str, list[Any]]], share: Hashable
+    doc: Document, ctx: LiveContext, columns: Callable[[Snapshot | None], dict[str, list[Any]]], share: Hashable
 ) -> ColumnDataSource:
     """A bar-chart source filled from the newest snapshot and patched with a newer one every :data:`REFRESH_S`.
 

@@ -37,6 +37,8 @@ from bokeh.server.views.ws import WSHandler
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketProtocol13
 
+from nvdash.live.internals import compresses, replace_route_targets
+
 log = logging.getLogger(__name__)
 
 TEXT = 0x1
@@ -102,7 +104,7 @@ class BatchingWSHandler(WSHandler):
         protocol = self.ws_connection
         if not isinstance(protocol, WebSocketProtocol13) or protocol.is_closing():
             return None
-        if getattr(protocol, "_compressor", None) is not None or protocol.mask_outgoing:
+        if compresses(protocol) or protocol.mask_outgoing:
             return None
         return protocol
 
@@ -151,6 +153,4 @@ def _settle(written: Future[None], sent: Future[None]) -> None:
 
 def batch_websocket_writes(server: Server) -> None:
     """Serve ``server``'s websockets with :class:`BatchingWSHandler` (Bokeh offers no option for its handler)."""
-    for rule in server._tornado.wildcard_router.rules:
-        if rule.target is WSHandler:
-            rule.target = BatchingWSHandler
+    replace_route_targets(server, {WSHandler: BatchingWSHandler})

@@ -38,7 +38,7 @@ from bokeh.models.ui import UIElement
 Stage = Callable[[], None]
 TurnGuard = Callable[[], AbstractContextManager[object]]
 """What a page-building turn runs under (the server's garbage-collection policy, see
-:func:`nvdash.server.gc_policy.building`)."""
+:func:`nvdash.live.gc_policy.building`)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ UNCONNECTED_WAIT_POLLS = 250
 def _connected(doc: Document) -> bool | None:
     """Whether a viewer's websocket is subscribed to ``doc``'s session; ``None`` when that cannot be told."""
     context = doc.session_context
-    session = getattr(context, "_session", None)
+    session = getattr(context, "session", None)
     if session is None:
         return False if context is not None else None
     count = getattr(session, "connection_count", None)

@@ -41,6 +41,8 @@ from bokeh.core.property.wrappers import PropertyValueContainer
 from bokeh.document import Document
 from bokeh.model import Model
 
+from nvdash.live.internals import document_gc, forget_owners, property_value_maps, set_document_gc
+
 FULL_EVERY = 100
 """One discarded document in this many gets a full collection, which frees what :func:`scrub` left of the ones
 discarded before it (a full collection walks every object: with 70 open pages it held the loop 0.5 s)."""
@@ -73,10 +75,10 @@ def scrub(models: Iterable[Model]) -> None:
     """Break the reference cycles of a destroyed document's models: each property container forgets its owners
     and each model its attributes. Only for models nothing will use again."""
     for model in models:
-        for values in (model._property_values, model._unstable_default_values, model._unstable_themed_values):
+        for values in property_value_maps(model):
             for held in values.values():
                 if isinstance(held, PropertyValueContainer):
-                    held._owners.clear()
+                    forget_owners(held)
         model.__dict__.clear()
 
 
@@ -92,7 +94,7 @@ def _scrubbing(destroy: Callable[[Document, Any], None]) -> Callable[[Document, 
 
 def installed(document_module: ModuleType = bokeh_document) -> bool:
     """Whether :func:`install` has run: a full collection now and then unfreezes what :func:`building` froze."""
-    return isinstance(getattr(document_module, "gc", None), RareCollector)
+    return isinstance(document_gc(document_module), RareCollector)
 
 
 @contextmanager
@@ -113,7 +115,7 @@ def install(document_module: ModuleType = bokeh_document) -> None:
     """Make Bokeh's session clean-up scrub the document's models and collect garbage only now and then
     (idempotent)."""
     if not installed(document_module):
-        document_module.gc = RareCollector()  # type: ignore[attr-defined]
+        set_document_gc(document_module, RareCollector())
     document_class = document_module.Document
     if not getattr(document_class.destroy, "scrubs", False):
         document_class.destroy = _scrubbing(document_class.destroy)
