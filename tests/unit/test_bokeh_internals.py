@@ -26,7 +26,8 @@ from bokeh.application import Application
 from bokeh.application.handlers.function import FunctionHandler
 from bokeh.core.property.wrappers import PropertyValueContainer
 from bokeh.document import Document
-from bokeh.models import ColumnDataSource, Div
+from bokeh.models import ColumnDataSource
+from bokeh.models.widgets import Div
 from bokeh.protocol.message import Message
 from bokeh.server.connection import ServerConnection
 from bokeh.server.server import Server
@@ -227,6 +228,7 @@ async def _async_open() -> None:
         connection.send_patch_document = recording  # type: ignore[method-assign]
         (doc,) = running.docs
         (label,) = doc.select({"name": "label"})
+        assert isinstance(label, Div)
 
         def change() -> None:
             label.text = "changed"
@@ -313,7 +315,7 @@ async def _document_destroy() -> None:
         seen.append((document, session, len(list(document.models))))
         original(document, session)
 
-    Document.destroy = recording  # type: ignore[method-assign]
+    Document.destroy = recording  # type: ignore[method-assign,assignment]
     try:
         async with bokeh_server(unused_session_lifetime_milliseconds=1,
                                 check_unused_sessions_milliseconds=20) as running:
@@ -388,7 +390,8 @@ async def _wildcard_router() -> None:
             assert handler in targets, f"{handler.__name__} is not a route's target"
 
         class Marked(DocHandler):
-            def prepare(self) -> None:
+            async def prepare(self) -> None:
+                await super().prepare()  # type: ignore[no-untyped-call]
                 self.set_header("X-Marked", "yes")
 
         assert internals.replace_route_targets(running.server, {DocHandler: Marked}) == 1
