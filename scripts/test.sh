@@ -68,6 +68,8 @@ echo "== ruff"
 "$VENV/bin/ruff" check nvdash tests benchmarks
 echo "== mypy"
 "$VENV/bin/mypy"
+echo "== import-linter"
+"$VENV/bin/lint-imports"
 
 echo "== pytest"
 set +e

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from nvdash.accounting import stored
 from nvdash.accounting.accountant import Accountant
 from nvdash.accounting.attribution import Owner
 from nvdash.accounting.idle import IdleAllocation
 from nvdash.accounting.ledger import Tally
 from nvdash.accounting.summary import GROUPINGS, S_PER_H, Row, summarize
 from nvdash.accounting.throttle import POLICIES
-from nvdash.history import accounting_table
 from nvdash.history.database import HistoryError
 from nvdash.history.ranges import RangeError, TimeRange, resolve
 from nvdash.units import format_bytes
@@ -77,7 +77,7 @@ class AccountingBook:
         """Per (owner, GPU), the tallies of the hours overlapping the range, added up."""
         if self.connection is not None:
             try:
-                return accounting_table.totals(self.connection(), start_s, end_s)
+                return stored.totals(self.connection(), start_s, end_s)
             except sqlite3.DatabaseError as error:
                 raise HistoryError(f"reading the accounting failed: {error}") from None
         if self.accountant is not None:

@@ -7,23 +7,30 @@ Columns a later nvdash added (:data:`ADDED`: the seconds lost to throttling) are
 missing from an older file: the history's schema upgrade adds them when a writer opens it (:data:`ADDED_COLUMNS`:
 its rows kept, 0 in them, which the tallies' ``*_known_s`` columns say means unknown: nothing was measured then),
 and a read-only connection reads them as 0 (see :mod:`nvdash.history.database`).
+
+The history knows the accounting's tallies by their shape only (:class:`StoredOwner`, :class:`StoredTally`): the
+accounting package counts them and reads them back (:mod:`nvdash.accounting.stored`), and neither package's
+storage imports the other's types.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import fields
+from typing import Any, Protocol
 
-from nvdash.accounting.attribution import Owner
-from nvdash.accounting.ledger import Key, Tally, hour_of
+HOUR_S = 3600.0
+"""The table's rows are hours (as the accounting's ledger counts them)."""
 
 ADDED = ("power_cap_s", "power_cap_known_s", "thermal_s", "thermal_known_s")
 """Tally fields stored in columns added to the table after its first version (see the module's note)."""
 ADDED_COLUMNS = tuple((name, "REAL NOT NULL DEFAULT 0") for name in ADDED)
 """Each :data:`ADDED` column and its type, as the schema upgrade adds it to an older file."""
-SUMMED = tuple(f.name for f in fields(Tally) if f.name not in ("start_s", "end_s", "peak_memory_bytes"))
-"""The tally's fields that add up (the :data:`ADDED` ones last)."""
+SUMMED = ("allocated_s", "busy_s", "activity_known_s", "utilization_s", "sm_active_s", "sm_known_s", "energy_j",
+          "energy_known_s", "memory_byte_s", "memory_known_s", *ADDED)
+"""The tally's fields that add up, one column each (the :data:`ADDED` ones last): every field of the accounting's
+``Tally`` but its start, end and peak memory."""
 KEY_COLUMNS = ("hour", "gpu", "kind", "job", "user", "project")
 TABLE = (
     "CREATE TABLE IF NOT EXISTS accounting (hour REAL NOT NULL, gpu INTEGER NOT NULL, kind TEXT NOT NULL,"
@@ -50,12 +57,53 @@ _TOTALS = (
 )
 
 
-def store(connection: sqlite3.Connection, tallies: Mapping[Key, Tally]) -> None:
-    """Add ``tallies`` to the table (inside the caller's transaction)."""
-    connection.executemany(UPSERT, [
-        (hour, index, owner.kind, owner.job, owner.user, owner.project, tally.start_s, tally.end_s,
-         *(getattr(tally, name) for name in SUMMED), tally.peak_memory_bytes)
-        for (owner, index, hour), tally in tallies.items()])
+class StoredOwner(Protocol):
+    """Who a row's tally belongs to (the accounting's ``Owner``)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def job(self) -> str: ...
+
+    @property
+    def user(self) -> str: ...
+
+    @property
+    def project(self) -> str: ...
+
+
+class StoredTally(Protocol):
+    """One owner's use of one GPU in one hour (the accounting's ``Tally``; the :data:`SUMMED` fields are read by
+    name)."""
+
+    @property
+    def start_s(self) -> float: ...
+
+    @property
+    def end_s(self) -> float: ...
+
+    @property
+    def peak_memory_bytes(self) -> int | None: ...
+
+
+def hour_of(time_s: float) -> float:
+    """The start of the (UTC) hour holding ``time_s``."""
+    return math.floor(time_s / HOUR_S) * HOUR_S
+
+
+def store(connection: sqlite3.Connection, tallies: Mapping[Any, StoredTally]) -> None:
+    """Add ``tallies``, keyed by ``(owner, GPU index, hour)``, to the table (inside the caller's transaction)."""
+    rows = []
+    for key, tally in tallies.items():
+        owner, index, hour = _key(key)
+        rows.append((hour, index, owner.kind, owner.job, owner.user, owner.project, tally.start_s, tally.end_s,
+                     *(getattr(tally, name) for name in SUMMED), tally.peak_memory_bytes))
+    connection.executemany(UPSERT, rows)
+
+
+def _key(key: tuple[StoredOwner, int, float]) -> tuple[StoredOwner, int, float]:
+    return key
 
 
 def prune(connection: sqlite3.Connection, before_s: float) -> int:
@@ -63,15 +111,10 @@ def prune(connection: sqlite3.Connection, before_s: float) -> int:
     return connection.execute("DELETE FROM accounting WHERE hour < ?", (hour_of(before_s),)).rowcount
 
 
-def totals(connection: sqlite3.Connection, start_s: float, end_s: float) -> list[tuple[Owner, int, Tally]]:
-    """Per (owner, GPU), the tallies of the hours overlapping ``[start_s, end_s)``, added up."""
-    result = []
-    for row in connection.execute(_TOTALS, (hour_of(start_s), end_s)):
-        kind, job, user, project, index, start, end, *summed, peak = row
-        tally = Tally(start_s=start, end_s=end, **dict(zip(SUMMED, summed, strict=True)),
-                      peak_memory_bytes=None if peak is None else int(peak))
-        result.append((Owner(kind, job, user, project), int(index), tally))
-    return result
+def total_rows(connection: sqlite3.Connection, start_s: float, end_s: float) -> list[tuple[Any, ...]]:
+    """Per (owner, GPU), the hours overlapping ``[start_s, end_s)`` added up: rows of ``kind, job, user, project,
+    gpu, start_s, end_s``, the :data:`SUMMED` columns, and the peak memory."""
+    return connection.execute(_TOTALS, (hour_of(start_s), end_s)).fetchall()
 
 
 def has_table(connection: sqlite3.Connection) -> bool:

@@ -7,30 +7,25 @@ Import reads such a log into the history; a reading already there (same time, sa
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import sqlite3
 import statistics
-import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from nvdash.history import inventory_json, nvsmi_csv
 from nvdash.history.catalog import METRICS, Kind, gpu_raw_columns
 from nvdash.history.database import (
     HistoryError,
-    HistoryLocked,
-    default_path,
     lock_for_writing,
     open_database,
     transaction,
 )
 from nvdash.history.query import SqliteHistory
-from nvdash.history.ranges import RangeError, TimeRange, resolve
+from nvdash.history.ranges import TimeRange
 from nvdash.history.tiers import TIERS, register_functions, rollup
 from nvdash.history.trust import check_file
 from nvdash.history.writer import gpu_insert_sql
@@ -38,8 +33,6 @@ from nvdash.sampling.records import GpuInfo, HostInfo, Inventory
 
 DEFAULT_FIELDS = "timestamp,index,name,utilization.gpu,memory.used,temperature.gpu,power.draw"
 """The fields exported when none are named (a common nvidia-smi logging command's)."""
-SHOWN_ERRORS = 20
-"""Bad lines listed one by one on import; the rest are counted."""
 BATCH_ROWS = 2000
 """Rows read (export) or written (import) at a time: memory holds one batch, whatever the range or the log."""
 CHUNK_CHARS = 64 * 1024
@@ -190,83 +183,6 @@ def _chunks(history: SqliteHistory, lines: Iterator[str]) -> Iterator[str]:
         history.close()
 
 
-def _history_path(value: str | None, environ: Mapping[str, str]) -> Path:
-    from nvdash.cli import history_file  # noqa: PLC0415 - the command line's rule for --history / $NVDASH_HISTORY
-
-    path = history_file(value, environ)
-    return Path(path).expanduser() if path else default_path()
-
-
-def run_export(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """``nvdash export``: write the CSV to ``--output`` (standard output by default)."""
-    from nvdash.cli import UsageError  # noqa: PLC0415
-
-    history = SqliteHistory(_history_path(args.history, environ))
-    extent = history.extent()
-    if extent is None:
-        raise HistoryError(f"{history.path} holds no readings to export")
-    arguments = {key: value for key, value in (("range", args.range), ("from", args.start), ("to", args.end))
-                 if value}
-    try:
-        chosen = resolve(arguments, extent[1]) or TimeRange(extent[0], extent[1], "all")
-    except RangeError as error:
-        raise UsageError(str(error)) from None
-    gpus = None
-    if args.gpus:
-        try:
-            gpus = [int(part) for part in args.gpus.split(",") if part.strip()]
-        except ValueError:
-            raise UsageError(f"--id must be GPU indices separated by commas, not {args.gpus!r}") from None
-    try:
-        lines = export_lines(history, chosen, fields_text=args.query_gpu or "", layout=args.format, gpus=gpus)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    output: IO[str] = sys.stdout if args.output == "-" else _open_output(args.output)
-    try:
-        for line in lines:
-            output.write(line + "\n")
-    finally:
-        if output is not sys.stdout:
-            output.close()
-    return 0
-
-
-def _open_output(path: str) -> IO[str]:
-    try:
-        return open(path, "w", encoding="utf-8", newline="")
-    except OSError as error:
-        raise HistoryError(f"cannot write {path}: {error.strerror}") from None
-
-
-def _read_lines(path: str) -> Iterator[str]:
-    """The lines of ``path`` (``-``: standard input), opened now (a missing file fails before the history is
-    touched) and read as they are consumed; a line is cut at :data:`nvsmi_csv.MAX_LINE_CHARS` (the reader skips
-    it as too long) so one endless line cannot fill memory."""
-    try:
-        file: IO[str] = sys.stdin if path == "-" else open(path, encoding="utf-8-sig", errors="replace")  # noqa: SIM115
-    except OSError as error:
-        raise HistoryError(f"cannot read {path}: {error.strerror}") from None
-    return _lines_of(file, path)
-
-
-def _lines_of(file: IO[str], path: str) -> Iterator[str]:
-    try:
-        while True:
-            try:
-                line = file.readline(nvsmi_csv.MAX_LINE_CHARS)
-                if len(line) == nvsmi_csv.MAX_LINE_CHARS and not line.endswith("\n"):
-                    while (rest := file.readline(nvsmi_csv.MAX_LINE_CHARS)) and not rest.endswith("\n"):
-                        pass
-            except OSError as error:
-                raise HistoryError(f"cannot read {path}: {error.strerror}") from None
-            if not line:
-                return
-            yield line
-    finally:
-        if file is not sys.stdin:
-            file.close()
-
-
 @dataclass
 class _Tally:
     """What an import learnt from the rows it has seen (bounded: per GPU, and a sample of the times)."""
@@ -329,10 +245,6 @@ class ImportResult:
     tally: _Tally
 
 
-def _when(time_s: float) -> str:
-    return datetime.fromtimestamp(time_s).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def import_batches(path: Path, lines: Iterable[str], source: str, max_errors: int | None = None) -> ImportResult:
     """Add a log's readings to the history at ``path``, reading and inserting :data:`BATCH_ROWS` at a time
     (in one transaction): memory holds one batch, whatever the log's length. Raises ``ValueError`` for a log
@@ -391,36 +303,3 @@ def import_log(path: Path, lines: Iterable[str], source: str) -> tuple[int, int,
     reader = result.reader
     return result.added, result.present, nvsmi_csv.ParsedLog(fields=reader.fields, errors=reader.errors,
                                                               ignored_fields=reader.ignored_fields)
-
-
-def run_import(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """``nvdash import FILE``: report what was added and which lines were skipped; 1 when nothing was read."""
-    from nvdash.cli import UsageError  # noqa: PLC0415
-
-    path = _history_path(args.history, environ)
-    lines = _read_lines(args.file)
-    name = "standard input" if args.file == "-" else Path(args.file).name
-    try:
-        result = import_batches(path, lines, f"import:{name}", max_errors=SHOWN_ERRORS)
-    except ValueError as error:
-        raise UsageError(f"{args.file}: {error}") from None
-    except HistoryLocked as error:
-        raise HistoryError(f"{error}: stop it first, or import into another file with --history and replay "
-                           "that") from None
-    reader, tally = result.reader, result.tally
-    for number, reason in reader.errors:
-        print(f"nvdash: {args.file}:{number}: skipped: {reason}", file=sys.stderr)
-    if reader.error_count > len(reader.errors):
-        print(f"nvdash: ... and {reader.error_count - len(reader.errors)} more lines skipped", file=sys.stderr)
-    if reader.ignored_fields:
-        print(f"nvdash: fields nvdash does not keep were ignored: {', '.join(reader.ignored_fields)}",
-              file=sys.stderr)
-    if not tally.rows:
-        print(f"nvdash: error: {args.file}: no readable reading ({reader.error_count} lines skipped)",
-              file=sys.stderr)
-        return 1
-    gpus = len(tally.identities)
-    print(f"nvdash: imported {result.added} readings of {gpus} GPU{'s' if gpus != 1 else ''} "
-          f"({_when(tally.first_s)} to {_when(tally.last_s)}) into {path}; {result.present} already there; "
-          f"{reader.error_count} lines skipped")
-    return 0

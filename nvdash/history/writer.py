@@ -19,13 +19,13 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from nvdash.accounting.ledger import Key, Tally
 from nvdash.history import accounting_table, inventory_json
+from nvdash.history.accounting_table import StoredTally
 from nvdash.history.catalog import gpu_raw_columns, gpu_row, host_raw_columns, host_row
 from nvdash.history.database import WriteLock, lock_for_writing, open_database, transaction
 from nvdash.history.retention_clock import Observation, RetentionClock
@@ -96,13 +96,17 @@ def _links_json(sample: GpuSample) -> str:
 
 
 class AccountingSource(Protocol):
-    """Where the accounting's hourly tallies come from (the accountant)."""
+    """Where the accounting's hourly tallies come from (the accountant). The writer knows them by shape only: it
+    stores what :meth:`drain` hands it, keyed by ``(owner, GPU index, hour)``, in the accounting table (see
+    :func:`~nvdash.history.accounting_table.store`), and hands exactly that back to :meth:`restore` when the write
+    failed."""
 
     retention_s: float
+    """How long the table keeps an hour."""
 
-    def drain(self) -> dict[Key, Tally]: ...
+    def drain(self) -> Mapping[Any, StoredTally]: ...
 
-    def restore(self, tallies: dict[Key, Tally]) -> None: ...
+    def restore(self, tallies: Any) -> None: ...
 
 
 @dataclass
@@ -259,7 +263,7 @@ class HistoryWriter:
         return True
 
     def _write(self, snapshots: Sequence[Snapshot], events: Sequence[GpuEvent],
-               tallies: dict[Key, Tally] | None = None) -> bool:
+               tallies: Mapping[Any, StoredTally] | None = None) -> bool:
         """Write one batch in one transaction; False (the tallies handed back) when it failed."""
         assert self._connection is not None
         started = time.perf_counter()

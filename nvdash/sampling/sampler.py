@@ -1,4 +1,8 @@
-"""The one sampler thread per server: reads every source once per interval into the store."""
+"""The one sampler thread per server: reads every source once per interval into the store.
+
+The store is whatever takes snapshots and events (:class:`SnapshotSink`; the server hands in
+:class:`nvdash.store.Store`), so the hardware layer imports nothing above it.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,6 @@ from nvdash.freshness import Stale, is_stale
 from nvdash.sampling.nvml_modes import Reprobe
 from nvdash.sampling.records import GpuEvent, GpuSample, HostSample, Snapshot
 from nvdash.sampling.usage_records import Usage
-from nvdash.store import Store
 from nvdash.supervision import Supervisor
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,14 @@ class UsageReader(Protocol):
     """Anything that says who uses the GPUs (the usage collector)."""
 
     def collect(self, time_s: float, timeout_s: float) -> Usage: ...
+
+
+class SnapshotSink(Protocol):
+    """Where the sweeps go (the store): one snapshot per sweep, and the events derived from them."""
+
+    def append(self, snapshot: Snapshot) -> int: ...
+
+    def add_events(self, events: list[GpuEvent]) -> int: ...
 
 
 class HostReader(Protocol):
@@ -77,7 +88,7 @@ class Sampler:
 
     def __init__(
         self,
-        store: Store,
+        store: SnapshotSink,
         host: HostReader,
         gpus: GpuReader | None = None,
         interval_s: float = 0.5,

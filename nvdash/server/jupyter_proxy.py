@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     orphaned = threading.Event()
     threading.Thread(target=_watch_parent, args=(parent, orphaned), name="nvdash-proxy-parent", daemon=True).start()
 
-    from nvdash.cli import UsageError, parse_settings  # noqa: PLC0415 - after the socket is bound
+    from nvdash.server.options import UsageError, parse_settings  # noqa: PLC0415 - after the socket is bound
 
     try:
         settings = parse_settings(arguments, os.environ)

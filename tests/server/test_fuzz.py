@@ -43,7 +43,7 @@ def server() -> Iterator[NvdashServer]:
         yield running
 
 
-ENTRY_FILES = ("__main__.py", "cli.py", "server/run.py")
+ENTRY_FILES = ("__main__.py", "cli.py", "commands/serve.py", "server/run.py")
 """nvdash's outermost frames, under every callback (a logging error prints that whole call stack)."""
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
-from nvdash.cli import UsageError, parse_settings
+from nvdash.server.options import UsageError, parse_settings
 from tests.conftest import nvdash_env, wait_for
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from nvdash.accounting.accountant import Accountant
 from nvdash.accounting.attribution import Owner
-from nvdash.accounting.ledger import Key, Tally
+from nvdash.accounting.ledger import Key, Tally, hour_of
+from nvdash.accounting.stored import totals as read_totals
 from nvdash.cli import main
 from nvdash.history import accounting_table
 from nvdash.history.database import open_database
@@ -39,18 +41,18 @@ def test_storing_adds_to_the_hour_and_a_range_adds_up_its_hours(tmp_path: Path) 
                                (NOTEBOOK, 1, T0 + 2 * H): tally(T0 + 2 * H, T0 + 2 * H + 9, 9.0, 9.0, GiB)}
     accounting_table.store(connection, first)
     accounting_table.store(connection, again)
-    totals = {(owner, gpu): t for owner, gpu, t in accounting_table.totals(connection, T0, T0 + 3 * H)}
+    totals = {(owner, gpu): t for owner, gpu, t in read_totals(connection, T0, T0 + 3 * H)}
     job = totals[(JOB, 0)]
     assert (job.allocated_s, job.energy_j) == (25.0, 170.0)
     assert (job.start_s, job.end_s) == (T0 + 10, T0 + H + 5)
     assert job.peak_memory_bytes == 2 * GiB, "the larger peak; an unknown one changes nothing"
     assert totals[(NOTEBOOK, 1)].allocated_s == 9.0
     # A range holds every hour it overlaps: from the middle of the first hour, up to the start of the third.
-    later = {owner: t for owner, _, t in accounting_table.totals(connection, T0 + 1800, T0 + 2 * H)}
+    later = {owner: t for owner, _, t in read_totals(connection, T0 + 1800, T0 + 2 * H)}
     assert set(later) == {JOB}
     assert later[JOB].allocated_s == 25.0
     assert accounting_table.prune(connection, T0 + H + 1) == 1, "the hour that ended before the cutoff"
-    assert {o for o, _, _ in accounting_table.totals(connection, T0, T0 + 3 * H)} == {JOB, NOTEBOOK}
+    assert {o for o, _, _ in read_totals(connection, T0, T0 + 3 * H)} == {JOB, NOTEBOOK}
 
 
 def test_a_history_written_before_the_table_existed_gets_it(tmp_path: Path) -> None:
@@ -59,7 +61,7 @@ def test_a_history_written_before_the_table_existed_gets_it(tmp_path: Path) -> N
     with sqlite3.connect(path) as raw:
         raw.execute("DROP TABLE accounting")
     reader = open_database(path, read_only=True)
-    assert accounting_table.totals(reader, 0, T0) == [], "read-only: an empty table stands in for it"
+    assert read_totals(reader, 0, T0) == [], "read-only: an empty table stands in for it"
     reader.close()
     writer = open_database(path)
     assert accounting_table.has_table(writer)
@@ -81,7 +83,7 @@ def test_the_writer_stores_the_accountants_tallies_and_keeps_them_when_the_disk_
         accountant.step(snapshot(T0 + second, 1000 * second))
     writer.flush()
     reader = open_database(path, read_only=True)
-    [(owner, gpu, stored)] = accounting_table.totals(reader, T0, T0 + H)
+    [(owner, gpu, stored)] = read_totals(reader, T0, T0 + H)
     assert (owner.job, gpu, stored.allocated_s, stored.energy_j) == ("555", 0, 3.0, 3.0)
     assert accountant.tallies() == [], "drained into the file"
 
@@ -94,7 +96,7 @@ def test_the_writer_stores_the_accountants_tallies_and_keeps_them_when_the_disk_
     assert kept.allocated_s == 1.0, "what could not be written is given back"
     writer._connection.execute("PRAGMA query_only = OFF")
     writer.flush()
-    [(_, _, stored)] = accounting_table.totals(reader, T0, T0 + H)
+    [(_, _, stored)] = read_totals(reader, T0, T0 + H)
     assert stored.allocated_s == pytest.approx(4.0)
     writer.stop()
 
@@ -178,7 +180,7 @@ def test_stored_throttle_seconds_add_up_per_hour(tmp_path: Path) -> None:
     again = Tally(start_s=T0 + 10, end_s=T0 + 20, allocated_s=10.0, power_cap_s=0.6, power_cap_known_s=10.0)
     accounting_table.store(connection, {(JOB, 0, T0): first})
     accounting_table.store(connection, {(JOB, 0, T0): again})  # a restarted server, the same hour
-    [(_, _, stored)] = accounting_table.totals(connection, T0, T0 + H)
+    [(_, _, stored)] = read_totals(connection, T0, T0 + H)
     assert (stored.power_cap_s, stored.power_cap_known_s) == pytest.approx((2.0, 20.0))
     assert stored.power_cap_pct == pytest.approx(10.0)
     assert (stored.thermal_s, stored.thermal_known_s) == pytest.approx((0.0, 10.0))
@@ -226,8 +228,17 @@ def test_a_read_only_open_of_an_older_file_reads_the_throttle_columns_as_unknown
     reader = open_database(path, read_only=True)
     assert reader.execute("SELECT power_cap_s, power_cap_known_s, thermal_s, thermal_known_s FROM accounting"
                           ).fetchall() == [(0.0, 0.0, 0.0, 0.0)]
-    [(owner, _, stored)] = accounting_table.totals(reader, T0, T0 + H)
+    [(owner, _, stored)] = read_totals(reader, T0, T0 + H)
     assert (owner.job, stored.allocated_s, stored.energy_j) == ("111", 600.0, 6000.0)
     assert (stored.power_cap_pct, stored.thermal_pct) == (None, None), "never measured: unknown, not 0"
     reader.close()
     assert path.read_bytes() == pristine, "a reader leaves the file as it was"
+
+
+def test_the_table_has_a_column_for_each_field_of_a_tally_that_adds_up() -> None:
+    """The history spells the tallies' columns out (it does not import the accounting): they must stay the
+    ``Tally``'s own fields, in its order, and its hours the ledger's."""
+    summed = tuple(f.name for f in fields(Tally) if f.name not in ("start_s", "end_s", "peak_memory_bytes"))
+    assert summed == accounting_table.SUMMED
+    for time_s in (T0, T0 + 1, T0 + H - 0.001, T0 - 0.5, 0.0):
+        assert accounting_table.hour_of(time_s) == hour_of(time_s)

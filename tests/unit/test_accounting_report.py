@@ -14,9 +14,10 @@ import pytest
 from nvdash.accounting.attribution import Owner
 from nvdash.accounting.ledger import HOUR_S, Key, Tally
 from nvdash.accounting.report import RangeError, accounting_range
-from nvdash.cli import UsageError, main, parse_settings
+from nvdash.cli import main
 from nvdash.history import accounting_table
 from nvdash.history.database import open_database
+from nvdash.server.options import UsageError, parse_settings
 
 NOW = 1_795_000_000.0
 

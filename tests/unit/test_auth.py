@@ -11,7 +11,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from nvdash.cli import UsageError, parse_replay, parse_settings
 from nvdash.sampling.host_source import interface_addresses
 from nvdash.server.access import (
     COOKIE_MAX_AGE_S,
@@ -28,6 +27,7 @@ from nvdash.server.access import (
 )
 from nvdash.server.app import websocket_origins
 from nvdash.server.loop_monitor import LoopMonitor
+from nvdash.server.options import UsageError, parse_replay, parse_settings
 from nvdash.server.run import start_lines, with_token
 from nvdash.server.tls import CertificateError, check_certificate
 from nvdash.settings import Settings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvdash.cli import UsageError, parse_replay, parse_settings
+from nvdash.server.options import UsageError, parse_replay, parse_settings
 from nvdash.settings import Settings
 
 

@@ -19,9 +19,9 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from kubernetes_validate.utils import all_versions  # type: ignore[import-untyped]
 
-from nvdash.cli import ENV_TOKEN, parse_settings
 from nvdash.metrics.counters import default_counters
 from nvdash.metrics.fields import FAMILIES
+from nvdash.server.options import ENV_TOKEN, parse_settings
 from nvdash.settings import Settings
 from tests import grafana_queries as grafana
 

@@ -7,10 +7,10 @@ import socket
 
 import pytest
 
-from nvdash.cli import UsageError, parse_settings
 from nvdash.history.ranges import RangeError, parse_duration
 from nvdash.server.access import host_allowed, host_of, redact_tokens, without_token
 from nvdash.server.app import allowed_hosts
+from nvdash.server.options import UsageError, parse_settings
 from nvdash.settings import Settings
 
 

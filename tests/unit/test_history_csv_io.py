@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from nvdash.cli import import_parser
-from nvdash.history.csv_io import export_lines, import_log, run_import
+from nvdash.commands.import_ import run_import
+from nvdash.history.csv_io import export_lines, import_log
 from nvdash.history.query import SqliteHistory
 from nvdash.history.ranges import TimeRange
 from nvdash.history.writer import HistoryWriter

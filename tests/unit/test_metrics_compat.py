@@ -13,12 +13,12 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from nvdash.cli import UsageError, parse_settings
 from nvdash.metrics.collector import ExportOptions, StoreCollector
 from nvdash.metrics.compat import NAMINGS, RENAMES_4_9, naming
 from nvdash.metrics.counters import default_counters
 from nvdash.metrics.exposition import text_format
 from nvdash.sampling.records import GpuEvent, GpuSample, HostSample, Snapshot
+from nvdash.server.options import UsageError, parse_settings
 from nvdash.store import Store
 from tests.unit.test_apps_health import INVENTORY
 

@@ -7,7 +7,6 @@ import json
 import sys
 import time
 from collections.abc import Mapping
-from pathlib import Path
 
 from nvdash.accounting.report import (
     AccountingBook,
@@ -17,17 +16,15 @@ from nvdash.accounting.report import (
     report_json,
     report_table,
 )
-from nvdash.history.database import default_path
+from nvdash.commands.common import history_file
 from nvdash.history.query import SqliteHistory
 from nvdash.history.ranges import RangeError
+from nvdash.server.options import UsageError
 
 
 def run_report(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """Print the report; a bad range is a usage error, an unusable file a ``HistoryError`` (one line each)."""
-    from nvdash.cli import UsageError, history_file  # noqa: PLC0415 - the command line's rule for --history
-
-    path_text = history_file(args.history, environ)
-    history = SqliteHistory(Path(path_text).expanduser() if path_text else default_path())
+    history = SqliteHistory(history_file(args.history, environ))
     arguments = {"range": args.range or "", "from": args.start or "", "to": args.end or ""}
     try:
         chosen = accounting_range(arguments, time.time())
