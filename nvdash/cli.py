@@ -91,6 +91,13 @@ def _add_server_options(parser: argparse.ArgumentParser) -> None:
                         "this long (default 60; 0: never)")
 
 
+def _profiles() -> list[str]:
+    """The names ``--simulate`` accepts (the simulation's own list, imported only when a parser is built)."""
+    from nvdash.sampling.fake.profiles import profile_names  # noqa: PLC0415
+
+    return profile_names()
+
+
 def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
     parser = _Parser(
         prog=prog,
@@ -108,8 +115,7 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
     parser.add_argument(
         "--simulate",
         metavar="PROFILE",
-        help=f"show simulated GPUs instead of real ones (also ${ENV_SIMULATE}); "
-        "profiles: dgx-h100, dgx-a100, dgx-b200, a100-pcie-2, a100-mig, t4, none",
+        help=f"show simulated GPUs instead of real ones (also ${ENV_SIMULATE}); profiles: {', '.join(_profiles())}",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulated workload (default 0)")
     parser.add_argument(

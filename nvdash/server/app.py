@@ -30,6 +30,7 @@ from nvdash.cluster import ClusterRuntime
 from nvdash.freshness import STALE_MIN_S, Stale, iso_time, merge, stale_since
 from nvdash.health.status import evaluate
 from nvdash.history.csv_io import export_chunks
+from nvdash.sampling.fake.profiles import profile_names
 from nvdash.sampling.host_source import interface_addresses
 from nvdash.sampling.sampler import Sampler
 from nvdash.server import door, gc_policy
@@ -63,7 +64,6 @@ from nvdash.supervision import Supervisor
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 UNIX_SOCKET_ORIGIN = "localhost"
 """The websocket origin a server on a unix socket accepts unless told otherwise."""
-PROFILES_HINT = "dgx-h100, dgx-a100, dgx-b200, a100-pcie-2, t4"
 
 
 @dataclass
@@ -344,8 +344,9 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         stale = None
         if runtime.sampler is not None:
             stale = stale_since(latest.time_s if latest is not None else runtime.started_at, now, settings.interval_s)
-        return render_index(inventory, prefix, settings.interval_s, store.capacity, PROFILES_HINT, health=health,
-                            history=history.status, replay=history.replay, cluster=cluster, stale_since=stale)
+        return render_index(inventory, prefix, settings.interval_s, store.capacity, ", ".join(profile_names()),
+                            health=health, history=history.status, replay=history.replay, cluster=cluster,
+                            stale_since=stale)
 
     metrics = runtime.metrics or MetricsSetup.default(inventory.host.hostname)
     holder: list[Server] = []
