@@ -28,7 +28,7 @@ from nvdash.apps.stages import Staging
 from nvdash.apps.stale_banner import add_stale_banner
 from nvdash.cluster import ClusterRuntime
 from nvdash.freshness import STALE_MIN_S, Stale, iso_time, merge, stale_since
-from nvdash.health.status import evaluate
+from nvdash.health.status import GpuHealth, evaluate
 from nvdash.history.csv_io import export_chunks
 from nvdash.sampling.fake.profiles import profile_names
 from nvdash.sampling.host_source import interface_addresses
@@ -73,6 +73,9 @@ class Runtime:
     store: Store
     sampler: Sampler | None
     """``None`` when replaying a recording."""
+    clock: Callable[[], float] = time.time
+    """"Now" for every verdict on freshness and health (the index page, ``/api/snapshot.json``, the dashboards): the
+    wall clock, or a replay's recording end, so that each view judges the same state the same way."""
     nvml_calls: Callable[[], int] = lambda: 0
     fake_nvml_calls: Callable[[], int] | None = None
     fake_nvml_call_counts: Callable[[], dict[str, int]] | None = None
@@ -215,6 +218,19 @@ def stuck_parts(runtime: Runtime) -> list[Stale]:
     return merge(runtime.sampler.stale(), overdue)
 
 
+def index_verdict(runtime: Runtime, interval_s: float) -> tuple[tuple[GpuHealth, ...], float | None]:
+    """What the index page judges, at ``runtime.clock()`` (the clock the dashboards and the snapshot API judge by):
+    each GPU's health, and since when readings stopped arriving (``None``: fresh, or a replay)."""
+    now = runtime.clock()
+    store = runtime.store
+    latest = store.latest()
+    health = evaluate(store.inventory, latest, store.events(), now, idle=runtime.accounting.idle()[1])
+    stale = None
+    if runtime.sampler is not None:
+        stale = stale_since(latest.time_s if latest is not None else runtime.started_at, now, interval_s)
+    return health, stale
+
+
 STALE_STATUS = 503
 """``/health``'s status while a part is stuck: a liveness probe restarts the server."""
 
@@ -320,7 +336,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
     inventory = store.inventory
     history = runtime.history
     context = AppContext(store=store, interval_s=settings.interval_s, history=history.backend,
-                         history_executor=history.executor, clock=history.clock, replay=history.replay,
+                         history_executor=history.executor, clock=runtime.clock, replay=history.replay,
                          cluster=runtime.cluster, accounting=runtime.accounting,
                          staging=Staging(guard=gc_policy.building))
     cluster = runtime.cluster is not None
@@ -338,12 +354,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
             )
 
     def index_page() -> str:
-        now = time.time()
-        latest = store.latest()
-        health = evaluate(inventory, latest, store.events(), now, idle=runtime.accounting.idle()[1])
-        stale = None
-        if runtime.sampler is not None:
-            stale = stale_since(latest.time_s if latest is not None else runtime.started_at, now, settings.interval_s)
+        health, stale = index_verdict(runtime, settings.interval_s)
         return render_index(inventory, prefix, settings.interval_s, store.capacity, ", ".join(profile_names()),
                             health=health, history=history.status, replay=history.replay, cluster=cluster,
                             stale_since=stale)
@@ -360,7 +371,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         (r"/api/history\.json", HistoryJsonHandler, {"history": history}),
         (r"/export\.csv", ExportCsvHandler, {"history": history, "gate": ExportGate(), "export": export_chunks}),
         (r"/api/snapshot\.json", JsonHandler,
-         {"produce": lambda _h: snapshot_json(store, idle=runtime.accounting.idle()[1])}),
+         {"produce": lambda _h: snapshot_json(store, runtime.clock, idle=runtime.accounting.idle()[1])}),
         (r"/api/processes\.json", JsonHandler, {"produce": lambda _h: processes_json(store)}),
         (r"/api/accounting\.json", AccountingJsonHandler, {"book": runtime.accounting, "executor": history.executor}),
         (r"/api/accounting\.csv", AccountingCsvHandler, {"book": runtime.accounting, "executor": history.executor}),

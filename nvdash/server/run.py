@@ -88,12 +88,14 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
         usage=_usage_collector(settings, hardware, supervisor, names),
         usage_interval_s=settings.process_interval_s,
         supervisor=supervisor,
+        wall_clock=history.clock,
     )
     gpus = hardware.gpus
     fake = hardware.fake
     runtime = Runtime(
         store=store,
         sampler=sampler,
+        clock=history.clock,
         nvml_calls=(lambda: gpus.calls) if gpus is not None else (lambda: 0),
         fake_nvml_calls=getattr(fake, "total_calls", None),
         fake_nvml_call_counts=getattr(fake, "call_counts", None),
@@ -138,7 +140,8 @@ def start_runtime(settings: Settings) -> tuple[Hardware | None, Runtime]:
         store, history = open_replay(settings.replay, settings.live_samples, supervisor)
     except HistoryError as error:
         raise StartupError(str(error)) from None
-    runtime = Runtime(store=store, sampler=None, history=history, xid_status="replay: no live events",
+    runtime = Runtime(store=store, sampler=None, clock=history.clock, history=history,
+                      xid_status="replay: no live events",
                       accounting=AccountingBook(connection=history.connect, clock=history.clock),
                       supervisor=supervisor)
     return None, _with_cluster(settings, _with_metrics(settings, runtime))
