@@ -14,7 +14,7 @@ HTTP: ``python -m nvdash --simulate PROFILE --metrics-pods --metrics-processes``
 kubelet pod-resources server (``tests/unit/kubelet_server.py``) serving the same allocations; ``--http-scrapes``
 sequential GETs of ``/metrics`` over one keep-alive connection. Then ``--windows`` pairs of windows of
 ``--window-sweeps`` sampler sweeps: one with no scraper, one with ``--scrapers`` threads scraping back to back;
-the fake NVML library counts every call the server makes (``/health``'s ``fake_nvml_calls``), per sweep.
+the fake NVML library counts every call the server makes (``/api/simulation.json``'s ``fake_nvml_calls``), per sweep.
 """
 
 from __future__ import annotations
@@ -145,8 +145,8 @@ def http_scrapes(port: int, count: int) -> list[float]:
 
 
 def _sweeps(url: str) -> tuple[int, int]:
-    health = get_json(url + "/health")
-    return int(health["sampler"]["sweeps"]), int(health["fake_nvml_calls"])
+    counts = get_json(url + "/api/simulation.json")
+    return int(counts["sampler"]["sweeps"]), int(counts["fake_nvml_calls"])
 
 
 def _sweep_boundary(url: str, multiple: int) -> tuple[int, int]:

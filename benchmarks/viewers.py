@@ -49,6 +49,12 @@ def _health(url: str, since: float | None = None) -> Any:
         return json.loads(response.read())
 
 
+def _nvml_calls(url: str) -> int:
+    """The simulated library's call count (``/api/simulation.json``, served under ``--simulate`` only)."""
+    with urllib.request.urlopen(url + "/api/simulation.json", timeout=30) as response:
+        return int(json.loads(response.read())["fake_nvml_calls"])
+
+
 def _routes(url: str) -> list[str]:
     """The dashboards this server serves."""
     with urllib.request.urlopen(url + "/index.json", timeout=30) as response:
@@ -173,17 +179,19 @@ def measure(url: str, server: psutil.Process, viewers: Viewers, window_s: float,
               " measured anyway")
     viewers.measure()
     first = _health(url)
+    first_calls = _nvml_calls(url)
     cpu_first = sum(server.cpu_times()[:2])
     started = time.monotonic()
     time.sleep(window_s)
     last = _health(url, since=first["event_loop"]["at"])
+    last_calls = _nvml_calls(url)
     cpu_last = sum(server.cpu_times()[:2])
     elapsed = time.monotonic() - started
     rss = server.memory_info().rss / 2**20
     return {
         "viewers": viewers.count,
         "sessions": last["sessions"],
-        "nvml_calls_per_s": (last["fake_nvml_calls"] - first["fake_nvml_calls"]) / elapsed,
+        "nvml_calls_per_s": (last_calls - first_calls) / elapsed,
         "sweeps_per_s": (last["sampler"]["sweeps"] - first["sampler"]["sweeps"]) / elapsed,
         "cpu_s_per_s": (cpu_last - cpu_first) / elapsed,
         "max_stall_ms": last["event_loop"]["max_lag_since_ms"],

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING, Any
@@ -69,6 +69,8 @@ if TYPE_CHECKING:
 TITLE = "GPU Health"
 EVENT_ROWS = 200
 """The newest events shown."""
+AGE_STEP_S = 10.0
+"""The status is judged again at least this often without new readings (``format_age`` counts in tens of seconds)."""
 HINT_PERIOD_S = 5.0
 """Hints average over a minute or more: recomputing them more often than this shows nothing new."""
 
@@ -299,8 +301,10 @@ class HealthView:
     """The page's live parts and what it last showed; ``poll`` is the document's one periodic callback."""
 
     def __init__(self, store: Store, dark: bool, interval_s: float = 1.0, ticks: TickCache | None = None,
-                 accounting: AccountingBook | None = None) -> None:
+                 accounting: AccountingBook | None = None, *, clock: Callable[[], float] = time.time) -> None:
         self.store = store
+        self.clock = clock
+        """"Now" for the status (the server's one clock, as the index page and the snapshot API judge by)."""
         self.accounting = accounting
         """Where the allocations idle now are read (``None``: not kept)."""
         self.ticks = ticks if ticks is not None else TickCache(capacity=4)
@@ -323,6 +327,9 @@ class HealthView:
         self.hide_info.on_change("active", lambda _attr, _old, _new: self.show_events())
         self.row_seq = -1
         self.event_seq = -1
+        self.age_step = -1
+        """``now`` in :data:`AGE_STEP_S` steps at the last evaluation: the status is judged again as time passes even
+        when no reading arrives (a recent XID ages out; a stuck sampler's page agrees with the index page)."""
         self.interval_s = interval_s
         self.block_s = interval_s
         """The strip's block width: the sampling interval in Live, a past range's step."""
@@ -385,7 +392,9 @@ class HealthView:
         While a past range is shown the strip and the log stay on it; the status and hints stay current."""
         store = self.store
         row_seq, event_seq = store.last_seq, store.event_seq
-        if row_seq == self.row_seq and event_seq == self.event_seq:
+        now = self.clock()
+        age_step = int(now // AGE_STEP_S)
+        if row_seq == self.row_seq and event_seq == self.event_seq and age_step == self.age_step:
             return
         inventory = store.inventory
         new_rows, self.history_seq = store.since(self.history_seq)
@@ -393,10 +402,9 @@ class HealthView:
             strip = self.ticks.rows("health strip", new_rows, lambda rows: streamable(history_columns(inventory, rows)))
             self.history.stream(strip, rollover=store.capacity)
         latest = store.latest()
-        now = latest.time_s if latest is not None else time.time()
         events = store.events()
         idle = tuple(self.accounting.idle()[1]) if self.accounting is not None else ()
-        text = self.ticks.latest(("health status", event_seq, idle), latest, lambda newest: status_html(
+        text = self.ticks.latest(("health status", event_seq, idle, age_step), latest, lambda newest: status_html(
             inventory, evaluate(inventory, newest, events, now, idle=idle)))
         if text != self.status.text:
             self.status.text = text
@@ -405,7 +413,7 @@ class HealthView:
         text = shared_hints_html(store, now)
         if text != self.hints.text:
             self.hints.text = text
-        self.row_seq, self.event_seq = row_seq, event_seq
+        self.row_seq, self.event_seq, self.age_step = row_seq, event_seq, age_step
 
     def show_events(self, events: Sequence[GpuEvent] | None = None) -> None:
         """Refill the event table (from the store unless ``events`` are given)."""
@@ -425,7 +433,7 @@ def _heading(text: str, dark: bool, width: int | None = None) -> Div:
 def build(doc: Document, ctx: AppContext) -> None:
     """Status, hints and events, filled now and refreshed by one periodic callback."""
     dark = apply_theme(doc)
-    view = HealthView(ctx.store, dark, ctx.interval_s, ctx.ticks, ctx.accounting)
+    view = HealthView(ctx.store, dark, ctx.interval_s, ctx.ticks, ctx.accounting, clock=ctx.clock)
     view.poll()
     doc.add_periodic_callback(view.poll, period_ms(ctx))
     view.control = TimeRangeControl(doc, ctx, view, view.x_range, dark=dark)

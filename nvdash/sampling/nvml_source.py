@@ -299,6 +299,16 @@ class NvmlSource:
                 log.exception("reading the processes of GPU %d failed; they are skipped this time", device.index)
         return None
 
+    def settle(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the device reads an earlier round stopped waiting for (they keep calling NVML
+        after the round gave up on them); ``True`` when none is left running.
+
+        :attr:`calls` counts each call as it enters the library, on the thread that makes it, so once settled it is
+        exactly what the library was asked (a count compared while reads still run would be a race).
+        """
+        running = [future for device in self._devices for future in device.pending.values()]
+        return not wait(running, timeout=timeout_s).not_done
+
     def close(self) -> None:
         """Stop the XID thread and the read pool and shut NVML down (idempotent, bounded in time)."""
         if self._xid is not None:

@@ -8,7 +8,7 @@ import os
 import socket
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,10 +28,11 @@ from nvdash.apps import APPS, AppContext, AppSpec, Requirement, unavailable_reas
 from nvdash.apps.stale_banner import add_stale_banner
 from nvdash.cluster import ClusterRuntime
 from nvdash.freshness import STALE_MIN_S, Stale, iso_time, merge, stale_since
-from nvdash.health.status import evaluate
+from nvdash.health.status import GpuHealth, evaluate
 from nvdash.history.csv_io import export_chunks
 from nvdash.live import internals
 from nvdash.live.stalled import StalledViewers
+from nvdash.sampling.fake.profiles import profile_names
 from nvdash.sampling.host_source import interface_addresses
 from nvdash.sampling.sampler import Sampler
 from nvdash.server import door
@@ -62,20 +63,21 @@ from nvdash.supervision import Supervisor
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 UNIX_SOCKET_ORIGIN = "localhost"
 """The websocket origin a server on a unix socket accepts unless told otherwise."""
-PROFILES_HINT = "dgx-h100, dgx-a100, dgx-b200, a100-pcie-2, t4"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Runtime:
-    """What the health endpoint reports on: the sampler, the store, NVML call counts, the event loop."""
+    """What the server serves and ``/health`` reports on: the sampler, the store, NVML call counts, the event loop.
+
+    Built once, complete, and never changed after (the parts it holds change their own state)."""
 
     store: Store
     sampler: Sampler | None
     """``None`` when replaying a recording."""
+    clock: Callable[[], float] = time.time
+    """"Now" for every verdict on freshness and health (the index page, ``/api/snapshot.json``, the dashboards): the
+    wall clock, or a replay's recording end, so that each view judges the same state the same way."""
     nvml_calls: Callable[[], int] = lambda: 0
-    fake_nvml_calls: Callable[[], int] | None = None
-    fake_nvml_call_counts: Callable[[], dict[str, int]] | None = None
-    """Simulated NVML only: calls so far per entry point (tests and benchmarks tell sweeps from slower cadences)."""
     loop_monitor: LoopMonitor = field(default_factory=LoopMonitor)
     viewers: StalledViewers = field(default_factory=StalledViewers)
     """Watches the websockets; closes those whose viewer stopped reading."""
@@ -155,7 +157,8 @@ def _application(spec: AppSpec, context: AppContext) -> Application:
     return Application(FunctionHandler(build))
 
 
-def _sampler_json(sampler: Sampler | None) -> dict[str, Any] | None:
+def sampler_json(sampler: Sampler | None) -> dict[str, Any] | None:
+    """``/health``'s ``sampler`` part: its interval, sweeps, errors and when it last completed a round."""
     if sampler is None:
         return None
     stats = sampler.stats()
@@ -172,25 +175,6 @@ def _sampler_json(sampler: Sampler | None) -> dict[str, Any] | None:
         "last_relearn": None if stats.last_relearn is None else {
             "gpu": stats.last_relearn.gpu, "reason": stats.last_relearn.reason, "at": stats.last_relearn.at},
     }
-
-
-def _consistent_counts(runtime: Runtime) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """The sampler's numbers and the simulated library's call counts as of one moment between two sweeps' ends.
-
-    The sampler runs in its own thread; the counts are read between two equal readings of its sweep count (tried a
-    few times), so a sweep that ended while they were read is not counted in one and missed in the other.
-    """
-    for _ in range(5):
-        sampler = _sampler_json(runtime.sampler)
-        counts: dict[str, Any] = {}
-        if runtime.fake_nvml_calls is not None:
-            counts["fake_nvml_calls"] = runtime.fake_nvml_calls()
-        if runtime.fake_nvml_call_counts is not None:
-            counts["fake_nvml_call_counts"] = runtime.fake_nvml_call_counts()
-        again = _sampler_json(runtime.sampler)
-        if sampler is None or again is None or again["sweeps"] == sampler["sweeps"]:
-            break
-    return sampler, counts
 
 
 def _since(text: str) -> float | None:
@@ -212,6 +196,19 @@ def stuck_parts(runtime: Runtime) -> list[Stale]:
         return []
     overdue = [Stale(item.name, item.since_wall) for item in runtime.supervisor.overdue() if item.age_s > STALE_MIN_S]
     return merge(runtime.sampler.stale(), overdue)
+
+
+def index_verdict(runtime: Runtime, interval_s: float) -> tuple[tuple[GpuHealth, ...], float | None]:
+    """What the index page judges, at ``runtime.clock()`` (the clock the dashboards and the snapshot API judge by):
+    each GPU's health, and since when readings stopped arriving (``None``: fresh, or a replay)."""
+    now = runtime.clock()
+    store = runtime.store
+    latest = store.latest()
+    health = evaluate(store.inventory, latest, store.events(), now, idle=runtime.accounting.idle()[1])
+    stale = None
+    if runtime.sampler is not None:
+        stale = stale_since(latest.time_s if latest is not None else runtime.started_at, now, interval_s)
+    return health, stale
 
 
 STALE_STATUS = 503
@@ -241,13 +238,12 @@ def health(
     sessions = 0
     if current is not None:
         sessions = sum(len(current.get_sessions(route)) for route in routes)
-    sampler, counts = _consistent_counts(runtime)
     result: dict[str, Any] = {
         "status": status,
         "stuck": [{"part": item.part, "since": iso_time(item.since_wall), "since_epoch": item.since_wall}
                   for item in stuck],
         "started_at": runtime.started_at,
-        "sampler": sampler,
+        "sampler": sampler_json(runtime.sampler),
         "history": {**history_health(runtime.history), **runtime.history.health()},
         "accounting": runtime.accounting.status(),
         "store": {"rows": len(runtime.store), "capacity": runtime.store.capacity, "last_seq": runtime.store.last_seq},
@@ -262,7 +258,6 @@ def health(
     }
     if runtime.cluster is not None:
         result["cluster"] = cluster_health(runtime.cluster)
-    result.update(counts)
     return JsonAnswer(result, STALE_STATUS) if stuck else result
 
 
@@ -306,20 +301,21 @@ BOKEH_SOCKET_SUFFIX = ".bokeh"
 
 
 def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = None,
-                listener: socket.socket | None = None) -> Server:
+                listener: socket.socket | None = None,
+                extra_routes: Sequence[tuple[str, type[RequestHandler], dict[str, Any]]] = ()) -> Server:
     """A Bokeh server (bound, not started) serving every available dashboard and the server's pages.
 
     Listens on ``settings.unix_socket`` (a file of mode 0600) when given, else on ``host``:``port``. Raises
     ``OSError`` when that cannot be bound. ``listener``: a socket this process bound at ``settings.unix_socket``
     before starting up (the proxy's entry point does, so that requests wait rather than fail while nvdash starts);
-    it is served, and left open when the server stops.
+    it is served, and left open when the server stops. ``extra_routes``: more handlers (the simulation's own).
     """
     bokeh_settings.resources.set_value("server")
     store = runtime.store
     inventory = store.inventory
     history = runtime.history
     context = AppContext(store=store, interval_s=settings.interval_s, history=history.backend,
-                         history_executor=history.executor, clock=history.clock, replay=history.replay,
+                         history_executor=history.executor, clock=runtime.clock, replay=history.replay,
                          cluster=runtime.cluster, accounting=runtime.accounting,
                          staging=live.staging())
     cluster = runtime.cluster is not None
@@ -337,14 +333,10 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
             )
 
     def index_page() -> str:
-        now = time.time()
-        latest = store.latest()
-        health = evaluate(inventory, latest, store.events(), now, idle=runtime.accounting.idle()[1])
-        stale = None
-        if runtime.sampler is not None:
-            stale = stale_since(latest.time_s if latest is not None else runtime.started_at, now, settings.interval_s)
-        return render_index(inventory, prefix, settings.interval_s, store.capacity, PROFILES_HINT, health=health,
-                            history=history.status, replay=history.replay, cluster=cluster, stale_since=stale)
+        health, stale = index_verdict(runtime, settings.interval_s)
+        return render_index(inventory, prefix, settings.interval_s, store.capacity, ", ".join(profile_names()),
+                            health=health, history=history.status, replay=history.replay, cluster=cluster,
+                            stale_since=stale)
 
     metrics = runtime.metrics or MetricsSetup.default(inventory.host.hostname)
     holder: list[Server] = []
@@ -358,7 +350,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         (r"/api/history\.json", HistoryJsonHandler, {"history": history}),
         (r"/export\.csv", ExportCsvHandler, {"history": history, "gate": ExportGate(), "export": export_chunks}),
         (r"/api/snapshot\.json", JsonHandler,
-         {"produce": lambda _h: snapshot_json(store, idle=runtime.accounting.idle()[1])}),
+         {"produce": lambda _h: snapshot_json(store, runtime.clock, idle=runtime.accounting.idle()[1])}),
         (r"/api/processes\.json", JsonHandler, {"produce": lambda _h: processes_json(store)}),
         (r"/api/accounting\.json", AccountingJsonHandler, {"book": runtime.accounting, "executor": history.executor}),
         (r"/api/accounting\.csv", AccountingCsvHandler, {"book": runtime.accounting, "executor": history.executor}),
@@ -368,6 +360,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
             {"produce": lambda h: health(runtime, h, lambda: holder[0] if holder else None, list(applications)),
              "guarded": False},
         ),
+        *extra_routes,
         *unavailable_routes,
     ]
     origins = websocket_origins(settings)

@@ -91,6 +91,13 @@ def _add_server_options(parser: argparse.ArgumentParser) -> None:
                         "this long (default 60; 0: never)")
 
 
+def _profiles() -> list[str]:
+    """The names ``--simulate`` accepts (the simulation's own list, imported only when a parser is built)."""
+    from nvdash.sampling.fake.profiles import profile_names  # noqa: PLC0415
+
+    return profile_names()
+
+
 def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
     parser = Parser(
         prog=prog,
@@ -108,8 +115,7 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
     parser.add_argument(
         "--simulate",
         metavar="PROFILE",
-        help=f"show simulated GPUs instead of real ones (also ${ENV_SIMULATE}); "
-        "profiles: dgx-h100, dgx-a100, dgx-b200, a100-pcie-2, a100-mig, t4, none",
+        help=f"show simulated GPUs instead of real ones (also ${ENV_SIMULATE}); profiles: {', '.join(_profiles())}",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulated workload (default 0)")
     parser.add_argument(
@@ -336,11 +342,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     if not args.interval >= MIN_INTERVAL_S:
         raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} seconds, not {args.interval}")
     simulate = args.simulate or environ.get(ENV_SIMULATE) or None
-    if simulate is not None:
-        from nvdash.sampling.fake import profile_names  # noqa: PLC0415 - only when simulating
-
-        if simulate not in profile_names():
-            raise UsageError(f"unknown profile {simulate!r}; choose one of: {', '.join(profile_names())}")
+    if simulate is not None and simulate not in _profiles():
+        raise UsageError(f"unknown profile {simulate!r}; choose one of: {', '.join(_profiles())}")
     defaults = Settings()
     process_interval = defaults.process_interval_s if args.process_interval is None else args.process_interval
     if process_interval != 0 and not process_interval >= args.interval:

@@ -15,7 +15,7 @@ from types import FrameType
 from nvdash import live
 from nvdash.accounting.accountant import Accountant
 from nvdash.accounting.report import AccountingBook
-from nvdash.cluster import open_cluster
+from nvdash.cluster import ClusterRuntime, open_cluster
 from nvdash.health.events import EventDetector
 from nvdash.history.database import HistoryError
 from nvdash.metrics.counters import CountersError
@@ -30,7 +30,8 @@ from nvdash.sampling.user_names import NameResolver
 from nvdash.server.access import dashboard_token, is_loopback, start_url
 from nvdash.server.app import WILDCARD_HOSTS, Runtime, make_server
 from nvdash.server.history_setup import open_history, open_replay
-from nvdash.server.metrics_handler import metrics_setup
+from nvdash.server.metrics_handler import MetricsSetup, metrics_setup
+from nvdash.server.simulation_api import simulation_routes
 from nvdash.settings import Settings
 from nvdash.store import Store
 from nvdash.supervision import Supervisor
@@ -68,6 +69,11 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
         hardware = open_hardware(settings.simulate, seed=settings.seed, faults=settings.faults)
     except ValueError as error:
         raise StartupError(str(error)) from None
+    try:
+        metrics = _metrics(settings, hardware.inventory)
+    except StartupError:
+        hardware.close()
+        raise
     store = Store(hardware.inventory, capacity=settings.live_samples)
     names = NameResolver(supervisor=supervisor)
     names.start()
@@ -88,60 +94,70 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
         usage=_usage_collector(settings, hardware, supervisor, names),
         usage_interval_s=settings.process_interval_s,
         supervisor=supervisor,
+        wall_clock=history.clock,
     )
     gpus = hardware.gpus
-    fake = hardware.fake
+    xid_status = "not started"
+    if gpus is not None:
+
+        def record(event: GpuEvent) -> None:
+            store.add_events([event])
+
+        xid_status = gpus.watch_xids(record, supervisor) or "watching"
     runtime = Runtime(
         store=store,
         sampler=sampler,
+        clock=history.clock,
         nvml_calls=(lambda: gpus.calls) if gpus is not None else (lambda: 0),
-        fake_nvml_calls=getattr(fake, "total_calls", None),
-        fake_nvml_call_counts=getattr(fake, "call_counts", None),
+        xid_status=xid_status,
         history=history,
+        metrics=metrics,
+        cluster=_cluster(settings, supervisor),
         accounting=AccountingBook(accountant, history.connect, clock=history.clock),
         supervisor=supervisor,
     )
     return hardware, runtime
 
 
-def _with_metrics(settings: Settings, runtime: Runtime) -> Runtime:
-    """The runtime with its ``/metrics`` setup; raises :class:`StartupError` for an unusable counters file."""
+def _metrics(settings: Settings, inventory: Inventory) -> MetricsSetup:
+    """The ``/metrics`` setup; raises :class:`StartupError` for an unusable counters file."""
     try:
-        runtime.metrics, unknown = metrics_setup(settings, runtime.store.inventory.host.hostname)
+        metrics, unknown = metrics_setup(settings, inventory.host.hostname)
     except CountersError as error:
         raise StartupError(str(error)) from None
     if unknown:
         logging.getLogger(__name__).warning("the counters file names fields nvdash does not read, left out: %s",
                                             ", ".join(unknown))
-    return runtime
+    return metrics
 
 
-def _with_cluster(settings: Settings, runtime: Runtime) -> Runtime:
-    """The runtime with the cluster pages' Prometheus client (unstarted), when ``--prometheus`` was given."""
-    if settings.prometheus_url is not None:
-        runtime.cluster = open_cluster(settings.prometheus_url, supervisor=runtime.supervisor)
-    return runtime
+def _cluster(settings: Settings, supervisor: Supervisor) -> ClusterRuntime | None:
+    """The cluster pages' Prometheus client (unstarted) when ``--prometheus`` was given, else ``None``."""
+    if settings.prometheus_url is None:
+        return None
+    return open_cluster(settings.prometheus_url, supervisor=supervisor)
 
 
 def start_runtime(settings: Settings) -> tuple[Hardware | None, Runtime]:
-    """Open the hardware, the store, the history and the (unstarted) sampler; for a replay, only the recording."""
+    """Open the hardware, the store, the history, the XID watch and the (unstarted) sampler; for a replay, only the
+    recording. The runtime is complete when returned (nothing is set on it later)."""
     if settings.replay is None:
-        hardware, runtime = _live_runtime(settings)
-        try:
-            return hardware, _with_cluster(settings, _with_metrics(settings, runtime))
-        except StartupError:
-            runtime.history.close()
-            hardware.close()
-            raise
+        return _live_runtime(settings)
     supervisor = Supervisor()
     try:
         store, history = open_replay(settings.replay, settings.live_samples, supervisor)
     except HistoryError as error:
         raise StartupError(str(error)) from None
-    runtime = Runtime(store=store, sampler=None, history=history, xid_status="replay: no live events",
+    try:
+        metrics = _metrics(settings, store.inventory)
+    except StartupError:
+        history.close()
+        raise
+    runtime = Runtime(store=store, sampler=None, clock=history.clock, history=history,
+                      xid_status="replay: no live events", metrics=metrics, cluster=_cluster(settings, supervisor),
                       accounting=AccountingBook(connection=history.connect, clock=history.clock),
                       supervisor=supervisor)
-    return None, _with_cluster(settings, _with_metrics(settings, runtime))
+    return None, runtime
 
 
 def _describe(runtime: Runtime) -> str:
@@ -188,7 +204,8 @@ def serve(settings: Settings, listener: socket.socket | None = None) -> int:
     hardware, runtime = start_runtime(settings)
     try:
         try:
-            server = make_server(settings, runtime, listener=listener)
+            server = make_server(settings, runtime, listener=listener,
+                                 extra_routes=simulation_routes(hardware.fake if hardware else None, runtime.sampler))
         except OSError as error:
             if settings.unix_socket is not None:
                 reason = error.strerror or str(error)
@@ -203,13 +220,6 @@ def serve(settings: Settings, listener: socket.socket | None = None) -> int:
             runtime.sampler.start()
         if runtime.cluster is not None:
             runtime.cluster.start()
-        if hardware is not None and hardware.gpus is not None:
-            store = runtime.store
-
-            def record(event: GpuEvent) -> None:
-                store.add_events([event])
-
-            runtime.xid_status = hardware.gpus.watch_xids(record, runtime.supervisor) or "watching"
         server.start()
         runtime.loop_monitor.start(server.io_loop)
         print(f"nvdash: {_describe(runtime)}", flush=True)

@@ -12,7 +12,6 @@ served beside the new ones until the next release (see :mod:`nvdash.server.field
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -74,9 +73,9 @@ def event_json(event: GpuEvent) -> dict[str, Any]:
     return result
 
 
-def snapshot_json(store: Store, now: Callable[[], float] = time.time,
-                  idle: Sequence[IdleAllocation] = ()) -> dict[str, Any]:
-    """The document ``/api/snapshot.json`` serves; ``idle``: the allocations idle long enough (health warnings)."""
+def snapshot_json(store: Store, now: Callable[[], float], idle: Sequence[IdleAllocation] = ()) -> dict[str, Any]:
+    """The document ``/api/snapshot.json`` serves; health is judged at ``now()`` (the server's one clock: a replay's
+    is the recording's end); ``idle``: the allocations idle long enough (health warnings)."""
     inventory = store.inventory
     latest: Snapshot | None = store.latest()
     events = store.events()

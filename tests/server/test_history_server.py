@@ -167,6 +167,7 @@ def test_replay_serves_a_recording_without_nvml(tmp_path: Path) -> None:
         assert health["sampler"] is None
         assert health["nvml_calls"] == 0
         assert health["history"]["replay"] is True
+        assert http_get(url + "/api/simulation.json")[0] == 404, "no simulated library: no simulation route"
         index = get_json(url + "/index.json")
         assert index["/GPU-Resources"] == "GPU Resources (replay)"
         info = get_json(url + "/info.json")

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pynvml
 
@@ -20,7 +21,7 @@ from nvdash.sampling.fake import FakeNvmlLibrary
 from nvdash.sampling.nvml_read import SLOW_INTERVAL_S
 from nvdash.sampling.nvml_source import NvmlSource, install_library
 from nvdash.sampling.xid_watcher import WAIT_TIMEOUT_MS
-from tests.conftest import NvdashServer, nvdash_server, wait_for
+from tests.conftest import NvdashServer, get_json, nvdash_server, wait_for
 from tests.server.bokeh_viewer import Viewer, stop_all
 from tests.server.test_server import ROUTES
 
@@ -78,9 +79,11 @@ class Window:
 
 def _window(server: NvdashServer) -> Window:
     started = time.monotonic()
-    first = server.health()
-    last = wait_for(server.health, lambda h: h["sampler"]["sweeps"] >= first["sampler"]["sweeps"] + SWEEPS,
-                    timeout_s=120.0)
+    def counts() -> Any:
+        return get_json(server.url + "/api/simulation.json")
+
+    first = counts()
+    last = wait_for(counts, lambda h: h["sampler"]["sweeps"] >= first["sampler"]["sweeps"] + SWEEPS, timeout_s=120.0)
     seconds = time.monotonic() - started
     calls = Counter(last["fake_nvml_call_counts"])
     calls.subtract(first["fake_nvml_call_counts"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -99,7 +100,17 @@ def make_ctx(inventory: Inventory = INVENTORY, rows: tuple[Snapshot, ...] = ROWS
     for row in rows:
         store.append(row)
     store.add_events(EVENTS if events is None else events)
-    return AppContext(store=store, interval_s=1.0)
+    return AppContext(store=store, interval_s=1.0, clock=newest_reading(store))
+
+
+def newest_reading(store: Store) -> Callable[[], float]:
+    """A clock that says "now" is the newest reading's time: readings that arrive as if in real time."""
+
+    def now() -> float:
+        latest = store.latest()
+        return 0.0 if latest is None else latest.time_s
+
+    return now
 
 
 def div_texts(doc: Document) -> list[str]:
@@ -263,7 +274,7 @@ def test_health_flags_an_allocation_idle_for_long_enough_and_follows_it_live(tmp
     for row in ROWS:
         store.append(row)
     store.add_events(EVENTS)
-    ctx = AppContext(store=store, interval_s=1.0, accounting=AccountingBook(accountant))
+    ctx = AppContext(store=store, interval_s=1.0, accounting=AccountingBook(accountant), clock=newest_reading(store))
     doc, status, _, _ = health_doc(ctx)
     assert re.findall(r'data-status="(\w+)"', status.text) == ["critical", "warning", "critical"]
     assert "allocated but idle for 2 s: Slurm job 555, no process (end the job or release the GPU)" in plain(

@@ -254,4 +254,16 @@ def test_counts_its_own_nvml_calls(dgx: tuple[NvmlSource, FakeNvmlLibrary]) -> N
     source, fake = dgx
     source.open()
     source.read(5.0)
+    assert source.settle(60.0)  # a read given up on (a busy machine) still calls NVML after ``read`` returned
     assert source.calls == fake.total_calls()
+
+
+def test_counts_the_calls_of_reads_it_gave_up_on(dgx: tuple[NvmlSource, FakeNvmlLibrary]) -> None:
+    """Rounds that stop waiting at once leave every read running; once they finished, both counts agree."""
+    source, fake = dgx
+    source.open()
+    for _ in range(3):
+        source.read(0.0)
+    assert source.settle(60.0)
+    assert source.calls == fake.total_calls()
+    assert source.settle(0.0)
