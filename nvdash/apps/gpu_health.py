@@ -46,7 +46,7 @@ from nvdash.apps.figures import (
     timeline_figure,
     timeline_range,
 )
-from nvdash.apps.live import period_ms, streamable
+from nvdash.apps.live import period_ms, refresh_batch, streamable
 from nvdash.apps.rows import FloatArray, gpu_sample, time_ms
 from nvdash.apps.shared_ticks import TickCache, opening_columns
 from nvdash.apps.stages import placeholder, run_in_stages
@@ -299,8 +299,11 @@ class HealthView:
     """The page's live parts and what it last showed; ``poll`` is the document's one periodic callback."""
 
     def __init__(self, store: Store, dark: bool, interval_s: float = 1.0, ticks: TickCache | None = None,
-                 accounting: AccountingBook | None = None) -> None:
+                 accounting: AccountingBook | None = None, *, batch: int = 1) -> None:
         self.store = store
+        self.batch = max(1, batch)
+        """The strip takes new rows ``batch`` at a time, up to a sequence number that is a multiple of it (as
+        :class:`~nvdash.apps.live.Follower` hands them on): every page of the route streams the same rows."""
         self.accounting = accounting
         """Where the allocations idle now are read (``None``: not kept)."""
         self.ticks = ticks if ticks is not None else TickCache(capacity=4)
@@ -384,35 +387,47 @@ class HealthView:
 
         While a past range is shown the strip and the log stay on it; the status and hints stay current."""
         store = self.store
-        row_seq, event_seq = store.last_seq, store.event_seq
-        if row_seq == self.row_seq and event_seq == self.event_seq:
+        event_seq = store.event_seq
+        last = store.last_seq
+        row_seq = last - last % self.batch
+        if row_seq <= self.row_seq and event_seq == self.event_seq:
             return
         inventory = store.inventory
-        new_rows, self.history_seq = store.since(self.history_seq)
-        if new_rows and self.past_events is None:
-            strip = self.ticks.rows("health strip", new_rows, lambda rows: streamable(history_columns(inventory, rows)))
-            self.history.stream(strip, rollover=store.capacity)
+        if row_seq > self.history_seq:
+            new_rows, seq = store.since(self.history_seq)
+            beyond = max(0, seq - row_seq)  # rows of the batch not yet whole: the next whole batch brings them
+            new_rows = new_rows[:max(0, len(new_rows) - beyond)]
+            self.history_seq = seq - beyond
+            if new_rows and self.past_events is None:
+                strip = self.ticks.rows(STRIP, new_rows, lambda rows: streamable(history_columns(inventory, rows)))
+                self.history.stream(strip, rollover=store.capacity)
         latest = store.latest()
         now = latest.time_s if latest is not None else time.time()
-        events = store.events()
         idle = tuple(self.accounting.idle()[1]) if self.accounting is not None else ()
         text = self.ticks.latest(("health status", event_seq, idle), latest, lambda newest: status_html(
-            inventory, evaluate(inventory, newest, events, now, idle=idle)))
+            inventory, evaluate(inventory, newest, store.events(), now, idle=idle)))
         if text != self.status.text:
             self.status.text = text
         if event_seq != self.event_seq and self.past_events is None:
-            self.show_events(events)
+            self.show_events()
         text = shared_hints_html(store, now)
         if text != self.hints.text:
             self.hints.text = text
-        self.row_seq, self.event_seq = row_seq, event_seq
+        self.row_seq, self.event_seq = max(self.row_seq, row_seq), event_seq
 
     def show_events(self, events: Sequence[GpuEvent] | None = None) -> None:
-        """Refill the event table (from the store unless ``events`` are given)."""
+        """Refill the event table (from the store unless ``events`` are given: the store's are computed once per
+        new event for every open page, each page getting lists of its own)."""
+        info = not self.hide_info.active
         if events is None:
-            events = self.store.events() if self.past_events is None else self.past_events
-        kept = events
-        self.events.data = event_columns(kept, info=not self.hide_info.active)
+            events = self.past_events
+        if events is None:
+            store = self.store
+            data = self.ticks.latest(("health events", store.event_seq, info), None,
+                                     lambda _none: event_columns(store.events(), info=info))
+        else:
+            data = event_columns(events, info=info)
+        self.events.data = {name: list(values) for name, values in data.items()}
 
 
 def _heading(text: str, dark: bool, width: int | None = None) -> Div:
@@ -425,7 +440,9 @@ def _heading(text: str, dark: bool, width: int | None = None) -> Div:
 def build(doc: Document, ctx: AppContext) -> None:
     """Status, hints and events, filled now and refreshed by one periodic callback."""
     dark = apply_theme(doc)
-    view = HealthView(ctx.store, dark, ctx.interval_s, ctx.ticks, ctx.accounting)
+    # The strip is redrawn about once a second, as the classic timelines are (see live.REFRESH_S); the status and
+    # the events follow every new event at once.
+    view = HealthView(ctx.store, dark, ctx.interval_s, ctx.ticks, ctx.accounting, batch=refresh_batch(ctx))
     view.poll()
     doc.add_periodic_callback(view.poll, period_ms(ctx))
     view.control = TimeRangeControl(doc, ctx, view, view.x_range, dark=dark)
