@@ -3,6 +3,7 @@ each a bokeh.client session on every dashboard of ``/index.json``, and prints a 
 
     python benchmarks/viewers.py [--viewers 1 10 50] [--window 20] [--per-worker 10] [--probe 0.25]
                                  [--soak 300] [--soak-viewers 20] [--soak-rows 10] [--routes all|classic|/A /B ...]
+                                 [--profile FILE]
 
 ``--routes all`` (the default) opens every dashboard of ``/index.json``, ``--routes classic`` the seven classic
 ones. Every viewer's session reads every websocket message and applies it to its client document, as a browser
@@ -280,6 +281,8 @@ def main() -> None:
     parser.add_argument("--soak-rows", type=int, default=10, help="rows printed during the soak")
     parser.add_argument("--per-worker", type=int, default=10, help="viewers per client process")
     parser.add_argument("--interval", type=float, default=0.5)
+    parser.add_argument("--profile", default=None,
+                        help="run the server under cProfile and write its event loop's profile here on exit")
     parser.add_argument("--probe", type=float, default=0.25, help="seconds between two reads of the loop stall")
     parser.add_argument("--routes", nargs="+", default=["all"],
                         help="the dashboards each viewer opens: all (every one of /index.json, the default), "
@@ -293,7 +296,8 @@ def main() -> None:
 
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVDASH_")}
-    command = [sys.executable, "-m", "nvdash", "--simulate", "dgx-h100", "--port", str(port)]
+    profile = ["-m", "cProfile", "-o", args.profile] if args.profile else []
+    command = [sys.executable, *profile, "-m", "nvdash", "--simulate", "dgx-h100", "--port", str(port)]
     command += ["--interval", str(args.interval)]
     # History on, as by default, but in a file of its own: a benchmark never writes into the user's history.
     command += ["--history", str(Path(tempfile.mkdtemp(prefix="nvdash-bench-")) / "history.sqlite")]
