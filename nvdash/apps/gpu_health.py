@@ -33,6 +33,7 @@ from bokeh.models.renderers import GlyphRenderer
 from bokeh.models.widgets import DataTable, Div, HTMLTemplateFormatter, TableColumn, Toggle
 from bokeh.transform import linear_cmap
 
+from nvdash.apps.backpressure import viewers_ready
 from nvdash.apps.context import AppContext
 from nvdash.apps.figures import (
     BLOCK_WIDTH,
@@ -52,6 +53,7 @@ from nvdash.apps.shared_ticks import TickCache, opening_columns
 from nvdash.apps.stages import placeholder, run_in_stages
 from nvdash.apps.theme import apply_theme
 from nvdash.apps.time_range import TimeRangeControl
+from nvdash.apps.visibility import hidden_flag
 from nvdash.health.hints import Hint, bottleneck_hints
 from nvdash.health.status import GpuHealth, Status, evaluate, evaluate_gpu
 from nvdash.health.xid import xid_info
@@ -444,7 +446,19 @@ def build(doc: Document, ctx: AppContext) -> None:
     # the events follow every new event at once.
     view = HealthView(ctx.store, dark, ctx.interval_s, ctx.ticks, ctx.accounting, batch=refresh_batch(ctx))
     view.poll()
-    doc.add_periodic_callback(view.poll, period_ms(ctx))
+
+    def poll() -> None:
+        # As live.Follower: nothing while no viewer takes updates or nobody can see the page; the next tick it
+        # takes catches up from the store.
+        if viewers_ready(doc) and not hidden_flag(doc).disabled:
+            view.poll()
+
+    def seen(_attr: str, _old: Any, hidden: Any) -> None:
+        if not hidden:
+            poll()
+
+    doc.add_periodic_callback(poll, period_ms(ctx))
+    hidden_flag(doc).on_change("disabled", seen)
     view.control = TimeRangeControl(doc, ctx, view, view.x_range, dark=dark)
     add_page(doc, TITLE, _heading("Status (now)", dark), view.status,
              row(*view.control.widgets(), sizing_mode="stretch_width"), view.strip,

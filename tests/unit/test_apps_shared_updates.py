@@ -12,6 +12,7 @@ from bokeh.document.events import ColumnDataChangedEvent, ColumnsPatchedEvent, C
 from bokeh.models import ColumnDataSource
 
 from nvdash.apps import AppContext, gpu_details, gpu_health, gpu_processes
+from nvdash.apps.visibility import hidden_flag
 from nvdash.sampling.records import GpuEvent, HostSample, Snapshot
 from nvdash.store import Store
 from tests.unit import test_apps_health as health_data
@@ -145,3 +146,19 @@ def test_health_event_log_is_computed_once_for_every_page(monkeypatch: pytest.Mo
     assert logs_shown[0] == logs_shown[1] == logs_shown[2]
     assert len(logs_shown[0]) == 1
     assert logs_shown[0][0].startswith("XID 48:")
+
+
+def test_health_takes_no_update_while_hidden_and_catches_up_when_seen() -> None:
+    ctx = context([health_row(1000.0)], health_data.INVENTORY, interval_s=1.0)
+    doc = Document()
+    gpu_health.build(doc, ctx)
+    tick(doc)
+    hidden_flag(doc).disabled = True
+    for n in range(3):
+        ctx.store.append(health_row(1001.0 + n))
+        assert tick(doc) == []
+    events: list[Any] = []
+    doc.on_change(events.append)
+    hidden_flag(doc).disabled = False  # seen again: the three rows at once
+    (streamed,) = [event for event in events if isinstance(event, ColumnsStreamedEvent)]
+    assert [t / 1000.0 for t in streamed.data["time"]] == [1001.0, 1002.0, 1003.0]
