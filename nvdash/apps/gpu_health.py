@@ -8,10 +8,12 @@ re-evaluates only when a new row or a new event arrived.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 import weakref
 from collections.abc import Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING, Any
@@ -68,6 +70,8 @@ if TYPE_CHECKING:
 
     from nvdash.accounting.report import AccountingBook
 
+log = logging.getLogger(__name__)
+
 TITLE = "GPU Health"
 EVENT_ROWS = 200
 """The newest events shown."""
@@ -109,25 +113,48 @@ def status_html(inventory: Inventory, healths: Sequence[GpuHealth]) -> str:
 
 @dataclass
 class _SharedHints:
-    """The hints last computed for one store, with the snapshot time they were computed at."""
+    """The hints last computed for one store, with the snapshot time they were asked for at, and the computation
+    under way (``None``: none)."""
 
     at_s: float
     html: str
+    pending: Future[str] | None = None
 
 
 _SHARED_HINTS: weakref.WeakKeyDictionary[Store, _SharedHints] = weakref.WeakKeyDictionary()
 
+HINTS_PENDING = f'<p style="{_MUTED}">Looking at the recent readings for bottlenecks...</p>'
+"""Shown until the first hints computed off the event loop are in."""
 
-def shared_hints_html(store: Store, now_s: float) -> str:
+
+def _compute_hints(inventory: Inventory, rows: Sequence[Snapshot]) -> str:
+    return hints_html(bottleneck_hints(inventory, rows))
+
+
+def shared_hints_html(store: Store, now_s: float, executor: Executor | None = None) -> str:
     """The hints for ``store`` as HTML, computed at most once per ``HINT_PERIOD_S`` for every open page.
 
-    Fitting trends over the whole store takes tens of milliseconds on the event loop; every session of the
-    page shows the same result, so they share one computation.
+    Fitting trends over the whole store takes about 50 ms (1,200 rows of 8 GPUs); every session of the page shows
+    the same result, so they share one computation. With an ``executor`` it runs there, off the event loop (it
+    would stall every viewer of every page for as long), and the pages show the previous hints until it is done.
     """
     shared = _SHARED_HINTS.get(store)
+    if shared is not None and shared.pending is not None and shared.pending.done():
+        try:
+            shared.html = shared.pending.result()
+        except Exception:  # a rule that fails costs the hints of this round, not the page
+            log.exception("computing the bottleneck hints failed")
+        shared.pending = None
     if shared is None or now_s - shared.at_s >= HINT_PERIOD_S or now_s < shared.at_s:
         rows, _ = store.since(0)
-        shared = _SHARED_HINTS[store] = _SharedHints(now_s, hints_html(bottleneck_hints(store.inventory, rows)))
+        if executor is None:
+            shared = _SHARED_HINTS[store] = _SharedHints(now_s, _compute_hints(store.inventory, rows))
+        else:
+            if shared is None:
+                shared = _SHARED_HINTS[store] = _SharedHints(now_s, HINTS_PENDING)
+            if shared.pending is None:
+                shared.at_s = now_s
+                shared.pending = executor.submit(_compute_hints, store.inventory, rows)
     return shared.html
 
 
@@ -301,8 +328,11 @@ class HealthView:
     """The page's live parts and what it last showed; ``poll`` is the document's one periodic callback."""
 
     def __init__(self, store: Store, dark: bool, interval_s: float = 1.0, ticks: TickCache | None = None,
-                 accounting: AccountingBook | None = None, *, batch: int = 1) -> None:
+                 accounting: AccountingBook | None = None, *, batch: int = 1,
+                 executor: Executor | None = None) -> None:
         self.store = store
+        self.executor = executor
+        """Where the hints are computed (``None``: here, on the caller's thread)."""
         self.batch = max(1, batch)
         """The strip takes new rows ``batch`` at a time, up to a sequence number that is a multiple of it (as
         :class:`~nvdash.apps.live.Follower` hands them on): every page of the route streams the same rows."""
@@ -412,7 +442,7 @@ class HealthView:
             self.status.text = text
         if event_seq != self.event_seq and self.past_events is None:
             self.show_events()
-        text = shared_hints_html(store, now)
+        text = shared_hints_html(store, now, self.executor)
         if text != self.hints.text:
             self.hints.text = text
         self.row_seq, self.event_seq = max(self.row_seq, row_seq), event_seq
@@ -444,7 +474,8 @@ def build(doc: Document, ctx: AppContext) -> None:
     dark = apply_theme(doc)
     # The strip is redrawn about once a second, as the classic timelines are (see live.REFRESH_S); the status and
     # the events follow every new event at once.
-    view = HealthView(ctx.store, dark, ctx.interval_s, ctx.ticks, ctx.accounting, batch=refresh_batch(ctx))
+    view = HealthView(ctx.store, dark, ctx.interval_s, ctx.ticks, ctx.accounting, batch=refresh_batch(ctx),
+                      executor=ctx.history_executor)
     view.poll()
 
     def poll() -> None:

@@ -3,15 +3,20 @@ each tick's values computed once for every page of the route, and no page's data
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from bokeh.document import Document
 from bokeh.document.events import ColumnDataChangedEvent, ColumnsPatchedEvent, ColumnsStreamedEvent
 from bokeh.models import ColumnDataSource
+from bokeh.models.widgets import Div
 
 from nvdash.apps import AppContext, gpu_details, gpu_health, gpu_processes
+from nvdash.apps.gpu_health import hints_html
 from nvdash.apps.visibility import hidden_flag
 from nvdash.sampling.records import GpuEvent, HostSample, Snapshot
 from nvdash.store import Store
@@ -162,3 +167,34 @@ def test_health_takes_no_update_while_hidden_and_catches_up_when_seen() -> None:
     hidden_flag(doc).disabled = False  # seen again: the three rows at once
     (streamed,) = [event for event in events if isinstance(event, ColumnsStreamedEvent)]
     assert [t / 1000.0 for t in streamed.data["time"]] == [1001.0, 1002.0, 1003.0]
+
+
+def test_health_hints_are_computed_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[threading.Thread] = []
+    original = gpu_health.bottleneck_hints
+
+    def hints(*args: Any) -> Any:
+        threads.append(threading.current_thread())
+        return original(*args)
+
+    monkeypatch.setattr(gpu_health, "bottleneck_hints", hints)
+    with ThreadPoolExecutor(1) as pool:
+        store = Store(health_data.INVENTORY, capacity=100)
+        for row in health_data.ROWS:
+            store.append(row)
+        expected = hints_html(original(store.inventory, store.since(0)[0]))
+        ctx = AppContext(store=store, interval_s=1.0, history_executor=pool)
+        doc = Document()
+        gpu_health.build(doc, ctx)
+        shown = doc.select_one({"name": "hints"})
+        assert isinstance(shown, Div)
+        assert shown.text == gpu_health.HINTS_PENDING  # the page opens without waiting for them
+        deadline = time.monotonic() + 30
+        while shown.text == gpu_health.HINTS_PENDING:
+            assert time.monotonic() < deadline, "the hints never came"
+            store.append(health_row(store.latest().time_s + 1))  # type: ignore[union-attr]
+            tick(doc)
+            time.sleep(0.01)
+    assert shown.text == expected
+    assert threads
+    assert threading.main_thread() not in threads
