@@ -7,13 +7,15 @@ the server would send, timing each dashboard with ``time.process_time`` (CPU, so
                                          [--profile FILE]
 
 Columns per dashboard: CPU ms per session per tick, the same without building the messages, messages and their
-bytes per session per tick. ``--profile FILE`` writes a cProfile of the ticks (``python -m pstats FILE``).
+bytes per session per tick, and the CPU of building a document (all its stages at once), the first of the route and
+the median. ``--profile FILE`` writes a cProfile of the ticks (``python -m pstats FILE``).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import statistics
 import sys
 import tempfile
 import time
@@ -44,6 +46,7 @@ class Route:
     messages: int = 0
     message_bytes: int = 0
     due: dict[int, float] = field(default_factory=dict)
+    builds_s: list[float] = field(default_factory=list)
 
 
 def run_callbacks(doc: Document, now_ms: float, due: dict[int, float], events: list[Any]) -> list[Any]:
@@ -86,15 +89,17 @@ def main() -> None:
     for spec in available_apps(runtime.store.inventory):
         if args.routes and spec.route not in args.routes:
             continue
-        docs, changes = [], []
+        docs, changes, builds = [], [], []
         for _ in range(args.sessions):
             doc = Document()
+            started = time.process_time()
             spec.build(doc, ctx)
+            builds.append(time.process_time() - started)
             events: list[Any] = []
             doc.on_change(events.append)
             docs.append(doc)
             changes.append(events)
-        routes.append(Route(spec.route, docs, changes))
+        routes.append(Route(spec.route, docs, changes, builds_s=builds))
     profiler = cProfile.Profile() if args.profile else None
     now_ms = 0.0
     for tick in range(args.ticks + 2):
@@ -127,7 +132,7 @@ def main() -> None:
     print(f"# --simulate dgx-h100, {args.fill} rows before, {args.sessions} sessions per dashboard, {args.ticks} ticks"
           f" of {args.interval:g} s; CPU (process_time) per session per tick")
     header = (f"| {'dashboard':<20} | {'CPU ms':>7} | {'callbacks ms':>12} | {'message ms':>10} | {'msgs':>5} "
-              f"| {'bytes':>7} |")
+              f"| {'bytes':>7} | {'build ms first / median':>23} |")
     print(header)
     print("|" + "|".join("-" * len(cell) for cell in header.split("|")[1:-1]) + "|")
     total = 0.0
@@ -136,8 +141,9 @@ def main() -> None:
         total += cost
         print(f"| {route.route:<20} | {cost:>7.3f} | {route.callbacks_s / per * 1000:>12.3f} "
               f"| {route.messages_s / per * 1000:>10.3f} | {route.messages / per:>5.2f} "
-              f"| {route.message_bytes / per:>7.0f} |")
-    print(f"| {'all':<20} | {total:>7.3f} | {'':>12} | {'':>10} | {'':>5} | {'':>7} |")
+              f"| {route.message_bytes / per:>7.0f} "
+              f"| {route.builds_s[0] * 1000:>10.1f} / {statistics.median(route.builds_s) * 1000:>10.1f} |")
+    print(f"| {'all':<20} | {total:>7.3f} | {'':>12} | {'':>10} | {'':>5} | {'':>7} | {'':>23} |")
     runtime.history.close()
     if hardware is not None:
         hardware.close()
