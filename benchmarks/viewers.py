@@ -132,8 +132,9 @@ def run_worker(url: str, viewers: int, ready_file: str, control_file: str, resul
     Path(result_file).write_text(json.dumps({"bytes": received[0] - start_bytes, "frames": received[1] - start_frames,
                                              "sessions": len(threads), "seconds": elapsed}))
     stop.set()
+    deadline = time.monotonic() + 30  # the result is written: a session slow to close must not hold the run up
     for thread in threads:
-        thread.join(10)
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class Viewers:
