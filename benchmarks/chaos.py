@@ -525,7 +525,7 @@ def main() -> None:
             _, body = server.health()
             print(f"\n# after all faults: /health {body['status']}, sessions {body['sessions']}, threads "
                   + ", ".join(f"{k}: deaths {v['deaths']}" for k, v in body["threads"].items())
-                  + f"; viewers received {viewers.stop():.0f} websocket bytes/viewer/s")
+                  + f"; viewers received {viewers.stop()[0]:.0f} websocket bytes/viewer/s")
             viewers = None
         finally:
             if viewers is not None:

@@ -1,12 +1,17 @@
 """How nvdash's cost grows with viewers: starts ``python -m nvdash --simulate dgx-h100`` and opens V viewers,
 each a bokeh.client session on every dashboard of ``/index.json``, and prints a table.
 
-    python benchmarks/viewers.py [--viewers 1 10 50] [--window 20] [--per-worker 10]
-                                 [--soak 300] [--soak-viewers 20] [--soak-rows 10] [--routes /A /B ...]
+    python benchmarks/viewers.py [--viewers 1 10 50] [--window 20] [--per-worker 10] [--probe 0.25]
+                                 [--soak 300] [--soak-viewers 20] [--soak-rows 10] [--routes all|classic|/A /B ...]
+                                 [--profile FILE]
 
-Columns: NVML calls per second (counted by the fake NVML library), server CPU seconds per wall second, the
-longest event-loop stall during the window, websocket bytes received per viewer per second (counted on the
-client side), server RSS at the end of the window. The soak phase keeps ``--soak-viewers`` viewers (default: the
+``--routes all`` (the default) opens every dashboard of ``/index.json``, ``--routes classic`` the seven classic
+ones. Every viewer's session reads every websocket message and applies it to its client document, as a browser
+does. Columns: NVML calls per second (counted by the fake NVML library), server CPU seconds per wall second, the
+worst and the p99 event-loop stall during the window (``/health?since=`` is read every ``--probe`` seconds: the
+p99 is over those slices' worst stalls, so it is an upper bound of the p99 of the server's 50 ms probe),
+websocket bytes and messages received per session per second (counted on the client side), server RSS at the end
+of the window. The soak phase keeps ``--soak-viewers`` viewers (default: the
 largest count) connected for ``--soak`` seconds and prints, ``--soak-rows`` times, the server's sessions, RSS,
 threads and open file descriptors (``/proc/<pid>/status`` and ``/proc/<pid>/fd``; flat means no leak), then
 closes them and prints the same once Bokeh has discarded their sessions.
@@ -31,6 +36,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.routes import CLASSIC
 from benchmarks.settle import QUIET_MS, QUIET_S, wait_until_settled
 
 SOAK_HEADER = f"| {'seconds':>7} | {'sessions':>8} | {'RSS MiB':>7} | {'threads':>7} | {'open fds':>8} |"
@@ -61,6 +67,15 @@ def _routes(url: str) -> list[str]:
         return list(json.loads(response.read()))
 
 
+def resolve_routes(url: str, names: list[str]) -> list[str]:
+    """``all``: every dashboard of ``/index.json``; ``classic``: the seven classic ones; else the routes given."""
+    if names == ["all"]:
+        return _routes(url)
+    if names == ["classic"]:
+        return list(CLASSIC)
+    return names
+
+
 def run_worker(url: str, viewers: int, ready_file: str, control_file: str, result_file: str, *,
                routes: list[str] | None = None) -> None:
     """Hold ``viewers`` x ``routes`` sessions (default: every dashboard), each applying its updates in a thread;
@@ -69,7 +84,7 @@ def run_worker(url: str, viewers: int, ready_file: str, control_file: str, resul
     from bokeh.client.websocket import WebSocketClientConnectionWrapper
 
     lock = threading.Lock()
-    received = [0]
+    received = [0, 0]
     original = WebSocketClientConnectionWrapper.read_message
 
     async def counting(self: Any, callback: Any = None) -> Any:
@@ -77,6 +92,7 @@ def run_worker(url: str, viewers: int, ready_file: str, control_file: str, resul
         if message is not None:
             with lock:
                 received[0] += len(message)
+                received[1] += 1
         return message
 
     WebSocketClientConnectionWrapper.read_message = counting  # type: ignore[method-assign]
@@ -115,14 +131,16 @@ def run_worker(url: str, viewers: int, ready_file: str, control_file: str, resul
     Path(ready_file).write_text("ready")
     while control.read_text() != "measure":
         time.sleep(0.05)
-    start_bytes, started = received[0], time.monotonic()
+    start_bytes, start_frames, started = received[0], received[1], time.monotonic()
     while control.read_text() == "measure":
         time.sleep(0.05)
     elapsed = time.monotonic() - started
-    Path(result_file).write_text(json.dumps({"bytes": received[0] - start_bytes, "seconds": elapsed}))
+    Path(result_file).write_text(json.dumps({"bytes": received[0] - start_bytes, "frames": received[1] - start_frames,
+                                             "sessions": len(threads), "seconds": elapsed}))
     stop.set()
+    deadline = time.monotonic() + 30  # the result is written: a session slow to close must not hold the run up
     for thread in threads:
-        thread.join(10)
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class Viewers:
@@ -159,19 +177,45 @@ class Viewers:
         """Start counting received bytes."""
         self._control.write_text("measure")
 
-    def stop(self) -> float:
-        """Disconnect everyone; returns websocket bytes per viewer per second while measuring."""
+    def stop(self) -> tuple[float, float]:
+        """Disconnect everyone; returns websocket bytes per viewer per second and websocket frames per session per
+        second while measuring."""
         self._control.write_text("stop")
-        total, seconds = 0.0, []
+        total, frames, sessions, seconds = 0.0, 0.0, 0, []
         for process, _, result in self._workers:
             process.wait(120)
             data = json.loads(result.read_text())
             total += data["bytes"]
+            frames += data["frames"]
+            sessions += data["sessions"]
             seconds.append(data["seconds"])
-        return total / self.count / (sum(seconds) / len(seconds))
+        mean_s = sum(seconds) / len(seconds)
+        return total / self.count / mean_s, frames / max(1, sessions) / mean_s
 
 
-def measure(url: str, server: psutil.Process, viewers: Viewers, window_s: float, sessions: int) -> dict[str, float]:
+def percentile(values: list[float], fraction: float) -> float:
+    """The nearest-rank ``fraction`` percentile of ``values`` (0 when empty)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(fraction * len(ordered) + 0.999999) - 1))]
+
+
+def stalls_over(url: str, window_s: float, probe_s: float) -> list[float]:
+    """The worst event-loop stall (ms) of each ``probe_s`` slice of the next ``window_s`` seconds."""
+    stalls = []
+    at = _health(url)["event_loop"]["at"]
+    end = time.monotonic() + window_s
+    while time.monotonic() < end:
+        time.sleep(min(probe_s, max(0.0, end - time.monotonic())))
+        loop = _health(url, since=at)["event_loop"]
+        stalls.append(float(loop["max_lag_since_ms"]))
+        at = loop["at"]
+    return stalls
+
+
+def measure(url: str, server: psutil.Process, viewers: Viewers, window_s: float, sessions: int, *,
+            probe_s: float = 0.25) -> dict[str, float]:
     """Measure the server over ``window_s`` seconds with ``viewers`` connected (once their ``sessions`` are open
     and built: the loop quiet), then disconnect them."""
     if not wait_until_settled(lambda since=None: _health(url, since), sessions):
@@ -182,20 +226,23 @@ def measure(url: str, server: psutil.Process, viewers: Viewers, window_s: float,
     first_calls = _nvml_calls(url)
     cpu_first = sum(server.cpu_times()[:2])
     started = time.monotonic()
-    time.sleep(window_s)
+    stalls = stalls_over(url, window_s, probe_s)
     last = _health(url, since=first["event_loop"]["at"])
     last_calls = _nvml_calls(url)
     cpu_last = sum(server.cpu_times()[:2])
     elapsed = time.monotonic() - started
     rss = server.memory_info().rss / 2**20
+    bytes_per_viewer_s, frames_per_session_s = viewers.stop()
     return {
         "viewers": viewers.count,
         "sessions": last["sessions"],
         "nvml_calls_per_s": (last_calls - first_calls) / elapsed,
         "sweeps_per_s": (last["sampler"]["sweeps"] - first["sampler"]["sweeps"]) / elapsed,
         "cpu_s_per_s": (cpu_last - cpu_first) / elapsed,
-        "max_stall_ms": last["event_loop"]["max_lag_since_ms"],
-        "ws_bytes_per_viewer_s": viewers.stop(),
+        "max_stall_ms": max([last["event_loop"]["max_lag_since_ms"], *stalls]),
+        "p99_stall_ms": percentile(stalls, 0.99),
+        "ws_bytes_per_viewer_s": bytes_per_viewer_s,
+        "ws_frames_per_session_s": frames_per_session_s,
         "rss_mib": rss,
     }
 
@@ -243,8 +290,12 @@ def main() -> None:
     parser.add_argument("--soak-rows", type=int, default=10, help="rows printed during the soak")
     parser.add_argument("--per-worker", type=int, default=10, help="viewers per client process")
     parser.add_argument("--interval", type=float, default=0.5)
-    parser.add_argument("--routes", nargs="+", default=None,
-                        help="the dashboards each viewer opens (default: every one of /index.json)")
+    parser.add_argument("--profile", default=None,
+                        help="run the server under cProfile and write its event loop's profile here on exit")
+    parser.add_argument("--probe", type=float, default=0.25, help="seconds between two reads of the loop stall")
+    parser.add_argument("--routes", nargs="+", default=["all"],
+                        help="the dashboards each viewer opens: all (every one of /index.json, the default), "
+                             "classic (the seven classic ones) or routes")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -254,7 +305,8 @@ def main() -> None:
 
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVDASH_")}
-    command = [sys.executable, "-m", "nvdash", "--simulate", "dgx-h100", "--port", str(port)]
+    profile = ["-m", "cProfile", "-o", args.profile] if args.profile else []
+    command = [sys.executable, *profile, "-m", "nvdash", "--simulate", "dgx-h100", "--port", str(port)]
     command += ["--interval", str(args.interval)]
     # History on, as by default, but in a file of its own: a benchmark never writes into the user's history.
     command += ["--history", str(Path(tempfile.mkdtemp(prefix="nvdash-bench-")) / "history.sqlite")]
@@ -268,23 +320,26 @@ def main() -> None:
                 break
             except OSError:
                 time.sleep(0.1)
+        routes = resolve_routes(url, args.routes)
         print(f"# nvdash --simulate dgx-h100 --interval {args.interval}; {psutil.cpu_count()} CPUs", end="")
-        print(f"; {args.window:g} s per row")
+        print(f"; {args.window:g} s per row; {len(routes)} dashboards per viewer: {' '.join(routes)}")
         header = (
             f"| {'viewers':>7} | {'sessions':>8} | {'NVML calls/s':>12} | {'sweeps/s':>8} | {'server CPU s/s':>14} "
-            f"| {'max loop stall ms':>17} | {'ws bytes/viewer/s':>17} | {'RSS MiB':>7} |"
+            f"| {'worst stall ms':>14} | {'p99 stall ms':>12} | {'ws bytes/viewer/s':>17} "
+            f"| {'msgs/session/s':>14} | {'RSS MiB':>7} |"
         )
         print(header)
         print("|" + "|".join("-" * (len(cell)) for cell in header.split("|")[1:-1]) + "|")
         with tempfile.TemporaryDirectory() as tmp:
             workdir = Path(tmp)
             for viewers in args.viewers:
-                group = Viewers(url, viewers, args.per_worker, workdir, f"v{viewers}", routes=args.routes)
-                row = measure(url, process, group, args.window, viewers * len(args.routes or _routes(url)))
+                group = Viewers(url, viewers, args.per_worker, workdir, f"v{viewers}", routes=routes)
+                row = measure(url, process, group, args.window, viewers * len(routes), probe_s=args.probe)
                 print(
                     f"| {row['viewers']:>7.0f} | {row['sessions']:>8.0f} | {row['nvml_calls_per_s']:>12.1f} "
-                    f"| {row['sweeps_per_s']:>8.2f} | {row['cpu_s_per_s']:>14.3f} | {row['max_stall_ms']:>17.1f} "
-                    f"| {row['ws_bytes_per_viewer_s']:>17.0f} | {row['rss_mib']:>7.1f} |",
+                    f"| {row['sweeps_per_s']:>8.2f} | {row['cpu_s_per_s']:>14.3f} | {row['max_stall_ms']:>14.1f} "
+                    f"| {row['p99_stall_ms']:>12.1f} | {row['ws_bytes_per_viewer_s']:>17.0f} "
+                    f"| {row['ws_frames_per_session_s']:>14.2f} | {row['rss_mib']:>7.1f} |",
                     flush=True,
                 )
             if args.soak > 0:
@@ -294,7 +349,7 @@ def main() -> None:
                 print("|" + "|".join("-" * (len(cell) - 1) + ":" for cell in SOAK_HEADER.split("|")[1:-1]) + "|")
                 wait_sessions_gone(url)
                 print(soak_row(url, server.pid, "before"), flush=True)
-                group = Viewers(url, viewers, args.per_worker, workdir, "soak", routes=args.routes)
+                group = Viewers(url, viewers, args.per_worker, workdir, "soak", routes=routes)
                 soak(url, server.pid, group, args.soak, max(1, args.soak_rows))
     finally:
         server.terminate()

@@ -52,7 +52,7 @@ from nvdash.apps.timelines import (
 )
 from nvdash.health.clock_events import REASONS, SW_POWER_CAP, ClockEventReason, describe_reasons
 from nvdash.history.query import HistoryResult
-from nvdash.live.follow import Follower, follow, pause_toggle, streamable
+from nvdash.live.follow import Follower, follow, pause_toggle, refresh_batch, streamable
 from nvdash.live.stages import Stage, StagedGrid, run_in_stages
 from nvdash.live.ticks import TickCache, opening_columns
 from nvdash.sampling.records import GpuInfo, GpuSample, Snapshot
@@ -295,6 +295,17 @@ def _reasons_figure(fig: figure, panel: Panel, source: ColumnDataSource, interva
     return glyphs
 
 
+def _header_now(info: GpuInfo, store: Store, interval_s: float, snapshot: Snapshot | None) -> str:
+    """:func:`header_html` of ``snapshot``, with the held-back clocks of the store's last minute (computed once per
+    snapshot for every page showing the GPU: see :meth:`DetailsView.show`)."""
+    sample, lost = gpu_reading(snapshot, info.index)
+    held_back = ""
+    if sample is not None:
+        rows, _seq = recent_rows(store, interval_s, HELD_BACK_WINDOW_S)
+        held_back = held_back_text(*held_back_shares(rows, info.index))
+    return header_html(info, sample, lost, held_back)
+
+
 class DetailsView:
     """The page's source, figures and selector for the GPU shown; ``switch`` refills them for another GPU.
 
@@ -379,21 +390,19 @@ class DetailsView:
     def show(self, snapshot: Snapshot | None) -> None:
         """Refresh the header from the newest snapshot (and the store's last minute, for the held-back clocks), the
         GPM part from the GPU's capability and the video plot from whether the GPU reports its engines."""
-        sample, lost = gpu_reading(snapshot, self.info.index)
-        held_back = ""
-        if sample is not None:
-            rows, _seq = recent_rows(self.store, self.interval_s, HELD_BACK_WINDOW_S)
-            held_back = held_back_text(*held_back_shares(rows, self.info.index))
-        text = header_html(self.info, sample, lost, held_back)
+        info, store, interval_s = self.info, self.store, self.interval_s
+        text = self.ticks.latest(("GPU details header", info.uuid), snapshot,
+                                 lambda newest: _header_now(info, store, interval_s, newest))
         if text != self.header.text:
             self.header.text = text
-        if self.gpm_figure is not None:
+        if self.gpm_figure is not None and self.gpm_figure.visible != self.info.gpm_supported:
             self.gpm_figure.visible = self.info.gpm_supported
         if self.video_figure is not None:
             video = self._has_video(snapshot)
             if video != self.video_figure.visible:
                 self.video_figure.visible = video
-        self.gpm_note.visible = not self.info.gpm_supported
+        if self.gpm_note.visible == self.info.gpm_supported:
+            self.gpm_note.visible = not self.info.gpm_supported
 
     def on_rows(self, rows: Sequence[Snapshot]) -> None:
         """Stream the new rows (Live only), keeping as many as the store does; the header always follows."""
@@ -475,7 +484,8 @@ def build(doc: Document, ctx: AppContext) -> None:
     select.on_change("value", selected)
     pause = pause_toggle()
     view.control = TimeRangeControl(doc, ctx, view, view.x_range, pause=pause, dark=dark)
-    view.follower = follow(doc, ctx, view.seq, view.on_rows, pause)
+    # Redrawn about once a second, as the classic timelines are (see live.REFRESH_S): half the messages.
+    view.follower = follow(doc, ctx, view.seq, view.on_rows, pause, batch=refresh_batch(ctx))
     grid = StagedGrid()
     controls = row(select, *view.control.widgets(), sizing_mode="stretch_width")
     add_page(doc, TITLE, controls, view.header, view.gpm_note, grid.plot, dark=dark)

@@ -8,10 +8,12 @@ re-evaluates only when a new row or a new event arrived.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING, Any
@@ -53,9 +55,11 @@ from nvdash.health.hints import Hint, bottleneck_hints
 from nvdash.health.status import GpuHealth, Status, evaluate, evaluate_gpu
 from nvdash.health.xid import xid_info
 from nvdash.history.query import HistoryResult, Series
-from nvdash.live.follow import period_ms, streamable
+from nvdash.live.backpressure import viewers_ready
+from nvdash.live.follow import period_ms, refresh_batch, streamable
 from nvdash.live.stages import placeholder, run_in_stages
 from nvdash.live.ticks import TickCache, opening_columns
+from nvdash.live.visibility import hidden_flag
 from nvdash.sampling.records import GpuEvent, GpuSample, Inventory, Snapshot
 from nvdash.store import Store
 
@@ -65,6 +69,8 @@ if TYPE_CHECKING:
     from bokeh.plotting import figure
 
     from nvdash.accounting.report import AccountingBook
+
+log = logging.getLogger(__name__)
 
 TITLE = "GPU Health"
 EVENT_ROWS = 200
@@ -109,25 +115,48 @@ def status_html(inventory: Inventory, healths: Sequence[GpuHealth]) -> str:
 
 @dataclass
 class _SharedHints:
-    """The hints last computed for one store, with the snapshot time they were computed at."""
+    """The hints last computed for one store, with the snapshot time they were asked for at, and the computation
+    under way (``None``: none)."""
 
     at_s: float
     html: str
+    pending: Future[str] | None = None
 
 
 _SHARED_HINTS: weakref.WeakKeyDictionary[Store, _SharedHints] = weakref.WeakKeyDictionary()
 
+HINTS_PENDING = f'<p style="{_MUTED}">Looking at the recent readings for bottlenecks...</p>'
+"""Shown until the first hints computed off the event loop are in."""
 
-def shared_hints_html(store: Store, now_s: float) -> str:
+
+def _compute_hints(inventory: Inventory, rows: Sequence[Snapshot]) -> str:
+    return hints_html(bottleneck_hints(inventory, rows))
+
+
+def shared_hints_html(store: Store, now_s: float, executor: Executor | None = None) -> str:
     """The hints for ``store`` as HTML, computed at most once per ``HINT_PERIOD_S`` for every open page.
 
-    Fitting trends over the whole store takes tens of milliseconds on the event loop; every session of the
-    page shows the same result, so they share one computation.
+    Fitting trends over the whole store takes about 50 ms (1,200 rows of 8 GPUs); every session of the page shows
+    the same result, so they share one computation. With an ``executor`` it runs there, off the event loop (it
+    would stall every viewer of every page for as long), and the pages show the previous hints until it is done.
     """
     shared = _SHARED_HINTS.get(store)
+    if shared is not None and shared.pending is not None and shared.pending.done():
+        try:
+            shared.html = shared.pending.result()
+        except Exception:  # a rule that fails costs the hints of this round, not the page
+            log.exception("computing the bottleneck hints failed")
+        shared.pending = None
     if shared is None or now_s - shared.at_s >= HINT_PERIOD_S or now_s < shared.at_s:
         rows, _ = store.since(0)
-        shared = _SHARED_HINTS[store] = _SharedHints(now_s, hints_html(bottleneck_hints(store.inventory, rows)))
+        if executor is None:
+            shared = _SHARED_HINTS[store] = _SharedHints(now_s, _compute_hints(store.inventory, rows))
+        else:
+            if shared is None:
+                shared = _SHARED_HINTS[store] = _SharedHints(now_s, HINTS_PENDING)
+            if shared.pending is None:
+                shared.at_s = now_s
+                shared.pending = executor.submit(_compute_hints, store.inventory, rows)
     return shared.html
 
 
@@ -301,10 +330,16 @@ class HealthView:
     """The page's live parts and what it last showed; ``poll`` is the document's one periodic callback."""
 
     def __init__(self, store: Store, dark: bool, interval_s: float = 1.0, ticks: TickCache | None = None,
-                 accounting: AccountingBook | None = None, *, clock: Callable[[], float] = time.time) -> None:
+                 accounting: AccountingBook | None = None, *, clock: Callable[[], float] = time.time,
+                 batch: int = 1, executor: Executor | None = None) -> None:
         self.store = store
         self.clock = clock
         """"Now" for the status (the server's one clock, as the index page and the snapshot API judge by)."""
+        self.executor = executor
+        """Where the hints are computed (``None``: here, on the caller's thread)."""
+        self.batch = max(1, batch)
+        """The strip takes new rows ``batch`` at a time, up to a sequence number that is a multiple of it (as
+        :class:`~nvdash.live.follow.Follower` hands them on): every page of the route streams the same rows."""
         self.accounting = accounting
         """Where the allocations idle now are read (``None``: not kept)."""
         self.ticks = ticks if ticks is not None else TickCache(capacity=4)
@@ -391,16 +426,22 @@ class HealthView:
 
         While a past range is shown the strip and the log stay on it; the status and hints stay current."""
         store = self.store
-        row_seq, event_seq = store.last_seq, store.event_seq
+        event_seq = store.event_seq
+        last = store.last_seq
+        row_seq = last - last % self.batch
         now = self.clock()
         age_step = int(now // AGE_STEP_S)
-        if row_seq == self.row_seq and event_seq == self.event_seq and age_step == self.age_step:
+        if row_seq <= self.row_seq and event_seq == self.event_seq and age_step == self.age_step:
             return
         inventory = store.inventory
-        new_rows, self.history_seq = store.since(self.history_seq)
-        if new_rows and self.past_events is None:
-            strip = self.ticks.rows("health strip", new_rows, lambda rows: streamable(history_columns(inventory, rows)))
-            self.history.stream(strip, rollover=store.capacity)
+        if row_seq > self.history_seq:
+            new_rows, seq = store.since(self.history_seq)
+            beyond = max(0, seq - row_seq)  # rows of the batch not yet whole: the next whole batch brings them
+            new_rows = new_rows[:max(0, len(new_rows) - beyond)]
+            self.history_seq = seq - beyond
+            if new_rows and self.past_events is None:
+                strip = self.ticks.rows(STRIP, new_rows, lambda rows: streamable(history_columns(inventory, rows)))
+                self.history.stream(strip, rollover=store.capacity)
         latest = store.latest()
         events = store.events()
         idle = tuple(self.accounting.idle()[1]) if self.accounting is not None else ()
@@ -409,18 +450,25 @@ class HealthView:
         if text != self.status.text:
             self.status.text = text
         if event_seq != self.event_seq and self.past_events is None:
-            self.show_events(events)
-        text = shared_hints_html(store, now)
+            self.show_events()
+        text = shared_hints_html(store, now, self.executor)
         if text != self.hints.text:
             self.hints.text = text
-        self.row_seq, self.event_seq, self.age_step = row_seq, event_seq, age_step
+        self.row_seq, self.event_seq, self.age_step = max(self.row_seq, row_seq), event_seq, age_step
 
     def show_events(self, events: Sequence[GpuEvent] | None = None) -> None:
-        """Refill the event table (from the store unless ``events`` are given)."""
+        """Refill the event table (from the store unless ``events`` are given: the store's are computed once per
+        new event for every open page, each page getting lists of its own)."""
+        info = not self.hide_info.active
         if events is None:
-            events = self.store.events() if self.past_events is None else self.past_events
-        kept = events
-        self.events.data = event_columns(kept, info=not self.hide_info.active)
+            events = self.past_events
+        if events is None:
+            store = self.store
+            data = self.ticks.latest(("health events", store.event_seq, info), None,
+                                     lambda _none: event_columns(store.events(), info=info))
+        else:
+            data = event_columns(events, info=info)
+        self.events.data = {name: list(values) for name, values in data.items()}
 
 
 def _heading(text: str, dark: bool, width: int | None = None) -> Div:
@@ -433,9 +481,24 @@ def _heading(text: str, dark: bool, width: int | None = None) -> Div:
 def build(doc: Document, ctx: AppContext) -> None:
     """Status, hints and events, filled now and refreshed by one periodic callback."""
     dark = apply_theme(doc)
-    view = HealthView(ctx.store, dark, ctx.interval_s, ctx.ticks, ctx.accounting, clock=ctx.clock)
+    # The strip is redrawn about once a second, as the classic timelines are (see live.REFRESH_S); the status and
+    # the events follow every new event at once.
+    view = HealthView(ctx.store, dark, ctx.interval_s, ctx.ticks, ctx.accounting, clock=ctx.clock,
+                      batch=refresh_batch(ctx), executor=ctx.history_executor)
     view.poll()
-    doc.add_periodic_callback(view.poll, period_ms(ctx))
+
+    def poll() -> None:
+        # As live.Follower: nothing while no viewer takes updates or nobody can see the page; the next tick it
+        # takes catches up from the store.
+        if viewers_ready(doc) and not hidden_flag(doc).disabled:
+            view.poll()
+
+    def seen(_attr: str, _old: Any, hidden: Any) -> None:
+        if not hidden:
+            poll()
+
+    doc.add_periodic_callback(poll, period_ms(ctx))
+    hidden_flag(doc).on_change("disabled", seen)
     view.control = TimeRangeControl(doc, ctx, view, view.x_range, dark=dark)
     add_page(doc, TITLE, _heading("Status (now)", dark), view.status,
              row(*view.control.widgets(), sizing_mode="stretch_width"), view.strip,

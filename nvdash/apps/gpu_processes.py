@@ -32,8 +32,9 @@ from nvdash.apps.process_memory import memory_columns
 from nvdash.apps.process_notes import IDLE_COLUMNS, idle_columns, idle_note, status_html
 from nvdash.apps.process_table import ALL, KEEP_ALL, ProcessFilter, choices, filter_values, table_columns
 from nvdash.apps.theme import apply_theme
-from nvdash.live.follow import follow, latest, pause_toggle
+from nvdash.live.follow import follow, latest, pause_toggle, refresh_batch
 from nvdash.live.stages import Later
+from nvdash.live.ticks import TickCache
 from nvdash.sampling.records import GpuInfo, Snapshot
 from nvdash.sampling.usage_records import Usage
 
@@ -134,9 +135,14 @@ def _select(title: str, width: int, dark: bool, options: list[str | tuple[Any, s
 class ProcessesView:
     """The page's widgets and what they last showed; ``on_rows`` follows the store, the filters re-run the table."""
 
-    def __init__(self, gpus: Sequence[GpuInfo], dark: bool) -> None:
+    def __init__(self, gpus: Sequence[GpuInfo], dark: bool, ticks: TickCache | None = None) -> None:
         self.gpus = tuple(gpus)
         self.usage: Usage | None = None
+        self.snapshot: Snapshot | None = None
+        """The snapshot shown (its usage is :attr:`usage`)."""
+        self.ticks = ticks if ticks is not None else TickCache(capacity=8)
+        """The bars' and the table's columns, computed once per snapshot for every open page."""
+        self._memory_key = ("process memory", tuple(gpu.uuid for gpu in self.gpus))
         style: dict[str, str | None] = {"color": text_color(dark)}
         self.status = Div(text=status_html(None), sizing_mode="stretch_width", styles=style, name="status")
         self.gpu = _select("GPU", 110, dark, [(ALL, ALL), *((str(gpu.index), f"GPU {gpu.index}") for gpu in gpus)])
@@ -202,7 +208,10 @@ class ProcessesView:
 
     def show(self, snapshot: Snapshot | None) -> None:
         """Redraw the memory bars from ``snapshot``; the rest only when its usage reading is new."""
-        segments, labels = memory_columns(self.gpus, snapshot)
+        gpus = self.gpus
+        segments, labels = self.ticks.latest(self._memory_key, snapshot,
+                                             lambda newest: memory_columns(gpus, newest))
+        self.snapshot = snapshot
         if self.memory is not None:
             refresh_factors(bar_categories(self.memory), labels["row"])
             _set(self.memory, "height", _figure_height(labels["row"]))
@@ -220,7 +229,7 @@ class ProcessesView:
                 _set(part, "visible", usage is not None)
         for select, values in ((self.user, "user"), (self.namespace, "namespace"), (self.pod, "pod")):
             _set(select, "options", _options(choices(filter_values(usage)[values], _chosen(select.value) or ALL)))
-        self._show_columns(columns(usage))
+        self._show_columns(self._columns(KEEP_ALL))
         idle = idle_columns(usage)
         self.idle_source.data = idle  # DataTables redraw on new data, not on patches (BokehJS 3.9)
         _set(self.idle, "visible", bool(idle["pod"]))
@@ -230,12 +239,20 @@ class ProcessesView:
 
     def show_table(self) -> None:
         """Rebuild the table from the last usage reading with the current filters."""
-        data = columns(self.usage, self.filter())
+        data = {name: list(values) for name, values in self._columns(self.filter()).items()}
         self.table_source.data = data
         if self.table is not None:
             _set(self.table, "height", table_height(len(data["pid"])))
         total = 0 if self.usage is None else len(self.usage.processes)
         _set(self.count, "text", "" if self.usage is None else f"showing {len(data['pid'])} of {total}")
+
+    def _columns(self, keep: ProcessFilter) -> dict[str, list[Any]]:
+        """:func:`columns` of the usage shown: every page with the same filters shows the same rows, computed
+        once per snapshot (not to be changed: a page hands its source copies)."""
+        usage, snapshot = self.usage, self.snapshot
+        if snapshot is None or snapshot.usage is not usage:
+            return columns(usage, keep)
+        return self.ticks.latest(("process table", keep), snapshot, lambda _newest: columns(usage, keep))
 
     def _filtered(self, _attr: str, _old: Any, _new: Any) -> None:
         self.show_table()
@@ -260,11 +277,12 @@ def _set(model: Any, name: str, value: Any) -> None:
 def build(doc: Document, ctx: AppContext) -> None:
     """The status, the filters and the table, the memory bars, the idle allocations; one periodic callback."""
     dark = apply_theme(doc)
-    view = ProcessesView(ctx.store.inventory.gpus, dark)
+    view = ProcessesView(ctx.store.inventory.gpus, dark, ctx.ticks)
     snapshot, seq = latest(ctx.store)
     view.show(snapshot)
     pause = pause_toggle()
-    follow(doc, ctx, seq, view.on_rows, pause)
+    # The bars are redrawn about once a second, as the classic pages are (see live.REFRESH_S).
+    follow(doc, ctx, seq, view.on_rows, pause, batch=refresh_batch(ctx))
     add_page(doc, TITLE, row(view.status, pause, sizing_mode="stretch_width"), view.controls,
              Later(view.make_table, sizing_mode="stretch_width"),
              Later(view.make_memory, sizing_mode="stretch_width"),

@@ -22,11 +22,12 @@ def same_shape(source: ColumnDataSource, data: dict[str, list[Any]]) -> bool:
 
 
 def refresh(source: ColumnDataSource, data: dict[str, list[Any]]) -> None:
-    """Patch the changed columns when the rows are the same in number, else replace the data."""
+    """Patch the changed columns when the rows are the same in number, else replace the data (with lists of the
+    source's own: ``data`` may be shared by every page, and a later patch changes a source's lists in place)."""
     if same_shape(source, data):
         patch_changed(source, data)
     else:
-        source.data = data
+        source.data = {name: list(values) for name, values in data.items()}
 
 
 def refresh_factors(categories: FactorRange, factors: Sequence[str]) -> None:

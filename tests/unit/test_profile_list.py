@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from nvdash.server.options import _serve_parser
 from nvdash.sampling.fake.profiles import PROFILES, profile_names
 from nvdash.sampling.hardware import open_hardware
+from nvdash.server.options import _serve_parser
 
 
 def _offered_in_help() -> list[str]:
