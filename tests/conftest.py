@@ -25,6 +25,17 @@ SERIAL = {
     "tests/server/test_staleness.py": "a sampler late on a loaded machine is what it detects",
     "tests/server/test_metrics_endpoint.py::test_metrics_for_every_gpu_in_dcgm_exporters_names":
         "counts NVML calls over twenty scrapes",
+    "tests/unit/test_nvml_source.py": "a sweep with a slow or hung read ends within a bound of wall-clock seconds",
+    "tests/unit/test_host_processes.py::test_busy_child_reads_above_half_a_core": "reads a busy child's CPU share",
+    "tests/unit/test_podresources.py::test_deadline": "a call ends within a bound of wall-clock seconds",
+    "tests/unit/test_fake_nvml_health.py::test_wait_blocks_until_its_timeout": "a wait ends within wall-clock bounds",
+    "tests/unit/test_fake_nvml_health.py::test_wait_returns_an_event_that_happens_while_it_waits":
+        "a wait ends within a bound of wall-clock seconds",
+    "tests/unit/test_fake_nvml_health.py::test_real_time_wait_sleeps_until_a_scheduled_event":
+        "a wait ends within wall-clock bounds",
+    "tests/unit/test_fake_nvml_health.py::test_free_wakes_a_waiting_thread": "a wait ends within a bound of seconds",
+    "tests/unit/test_nvml_depth.py::test_xid_events_arrive_on_their_own_thread":
+        "closing ends within a bound of wall-clock seconds",
 }
 """Tests that run alone (marked ``serial``), by file or test, and why: they measure time, memory or counts in a
 window, or load the machine themselves. ``scripts/test.sh`` runs the rest in parallel first. A test can also carry
