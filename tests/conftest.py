@@ -25,6 +25,7 @@ SERIAL = {
     "tests/server/test_staleness.py": "a sampler late on a loaded machine is what it detects",
     "tests/server/test_metrics_endpoint.py::test_metrics_for_every_gpu_in_dcgm_exporters_names":
         "counts NVML calls over twenty scrapes",
+    "tests/server/test_accounting_e2e.py": "the real sampler at 0.25 s: a read a loaded machine makes late is left out",
     "tests/unit/test_nvml_source.py": "a sweep with a slow or hung read ends within a bound of wall-clock seconds",
     "tests/unit/test_host_processes.py::test_busy_child_reads_above_half_a_core": "reads a busy child's CPU share",
     "tests/unit/test_podresources.py::test_deadline": "a call ends within a bound of wall-clock seconds",
