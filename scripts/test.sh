@@ -71,12 +71,39 @@ echo "== mypy"
 echo "== import-linter"
 "$VENV/bin/lint-imports"
 
-echo "== pytest"
-set +e
-"$VENV/bin/python" -m pytest "$@"
-status=$?
-set -e
-if [ "$status" -eq 5 ]; then
+# Two pytest runs. The first runs every test not marked `serial` in parallel (pytest-xdist, each file on one worker
+# so that a module's shared server starts once): most tests wait on a server subprocess, so more workers than cores
+# pay off. The second runs the `serial` tests (they measure time, memory or counts in a window, or load the machine
+# themselves) one after another with nothing else running. NVDASH_TEST_WORKERS sets the first run's workers.
+WORKERS=${NVDASH_TEST_WORKERS:-$(( $(nproc) * 2 > 8 ? 8 : ($(nproc) * 2 < 3 ? 3 : $(nproc) * 2) ))}
+
+# run_pytest NAME ARGS...: pytest's exit status, where "no tests ran" (5) counts as a failure when the whole suite
+# runs; with arguments (a file, -k) one run may find none of its kind, the two together must find some.
+empty_runs=0
+run_pytest() {
+  local name=$1
+  shift
+  echo "== pytest ($name)"
+  set +e
+  "$VENV/bin/python" -m pytest "$@"
+  local status=$?
+  set -e
+  if [ "$status" -eq 5 ]; then
+    empty_runs=$((empty_runs + 1))
+    if [ "$any_args" -eq 0 ]; then
+      echo "pytest ($name) collected no tests: that is a failure" >&2
+      return 1
+    fi
+    return 0
+  fi
+  return "$status"
+}
+
+any_args=$(( $# > 0 ? 1 : 0 ))
+status=0
+run_pytest "parallel, $WORKERS workers" -n "$WORKERS" --dist loadfile -m "not serial" "$@" || status=$?
+run_pytest "serial" -n 0 -m serial "$@" || { s=$?; [ "$status" -ne 0 ] || status=$s; }
+if [ "$empty_runs" -eq 2 ]; then
   echo "pytest collected no tests: that is a failure" >&2
   exit 1
 fi

@@ -6,10 +6,11 @@ import math
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import free_port, get_json, http_get, nvdash_env, nvdash_server, wait_for
+from tests.conftest import NvdashServer, free_port, get_json, http_get, nvdash_env, nvdash_server, wait_for
 from tests.server.bokeh_viewer import open_session, receive_for
 
 GPU_ROUTES = [
@@ -53,15 +54,22 @@ def test_driver_with_no_devices() -> None:
         _assert_machine_only(server.url, "found no NVIDIA GPU")
 
 
-def test_gpus_without_nvlink_offer_no_nvlink_routes() -> None:
+@pytest.fixture(scope="module")
+def a100_pcie_2() -> Iterator[NvdashServer]:
+    """Two GPUs without NVLink; the tests that use it only read."""
     with nvdash_server(["--simulate", "a100-pcie-2"]) as server:
-        index = get_json(server.url + "/index.json")
-        assert "/NVLink-Throughput" not in index
-        assert "/NVLink-Timeline" not in index
-        assert "/PCIe-Throughput" in index
-        status, body, _ = http_get(server.url + "/NVLink-Throughput")
-        assert status == 404
-        assert "NVLink" in body
+        yield server
+
+
+def test_gpus_without_nvlink_offer_no_nvlink_routes(a100_pcie_2: NvdashServer) -> None:
+    server = a100_pcie_2
+    index = get_json(server.url + "/index.json")
+    assert "/NVLink-Throughput" not in index
+    assert "/NVLink-Timeline" not in index
+    assert "/PCIe-Throughput" in index
+    status, body, _ = http_get(server.url + "/NVLink-Throughput")
+    assert status == 404
+    assert "NVLink" in body
 
 
 def test_a_lost_gpu_is_shown_lost_while_the_others_keep_updating() -> None:
@@ -156,8 +164,7 @@ def test_unknown_profile_from_the_environment_is_one_line() -> None:
     ]
 
 
-def test_index_names_each_reason_once_for_the_dashboards_not_offered() -> None:
-    with nvdash_server(["--simulate", "a100-pcie-2"]) as server:
-        _, body, _ = http_get(server.url + "/")
+def test_index_names_each_reason_once_for_the_dashboards_not_offered(a100_pcie_2: NvdashServer) -> None:
+    _, body, _ = http_get(a100_pcie_2.url + "/")
     assert body.count("None of the GPUs on this machine has NVLink.") == 1
     assert "Not offered on this machine: NVLink Throughput, NVLink Timeline." in body

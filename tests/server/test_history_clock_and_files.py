@@ -96,6 +96,8 @@ def test_a_servers_history_files_are_private_and_a_path_with_uri_characters_is_t
     path = folder / "run#1?.sqlite"
     with nvdash_server(["--simulate", "dgx-h100", "--interval", "0.25", "--history", str(path)]) as server:
         wait_for(lambda: history(server), lambda seen: seen["batches"] >= 2, timeout_s=60)
+        # A batch is written on a timer: on a loaded machine it may hold fewer sweeps, so wait for the rows too.
+        wait_for(lambda: len(stamps(path, "gpu_raw")), lambda rows: rows >= 8, timeout_s=60)
         names = sorted(p.name for p in folder.iterdir())
         assert names == ["run#1?.sqlite", "run#1?.sqlite-shm", "run#1?.sqlite-wal", "run#1?.sqlite.lock"]
         assert {name: mode(folder / name) for name in names} == dict.fromkeys(names, 0o600)

@@ -1,8 +1,8 @@
-"""A short soak: viewers on every dashboard for about a minute.
+"""Viewers on every dashboard, then gone: Bokeh lets go of every session and websocket, and the server's threads
+and open file descriptors go back to where they were.
 
-After a warm-up the server's threads and open file descriptors stay where they were, and once the viewers close,
-Bokeh lets go of every session and websocket. (``benchmarks/viewers.py --soak`` runs the long version and
-prints the same numbers over time.) The history's query threads and their read connections start with the server,
+The long version, with the counts printed over minutes of viewers (a leak is a count that climbs), is
+``benchmarks/viewers.py --soak``. The history's query threads and their read connections start with the server,
 so the count taken before the first viewer already holds them.
 """
 
@@ -18,10 +18,8 @@ from tests.server.proc_stats import ProcStats, proc_stats
 
 VIEWERS = 2
 """Viewers, each with a session on every dashboard."""
-WARM_UP_ROWS = 40
-ROWS_PER_SAMPLE = 20
-SAMPLES = 4
-"""Samples after the warm-up, one per 20 sweeps: 20 s + 40 s at the interval of 0.5 s."""
+WARM_UP_ROWS = 10
+"""Sweeps with every viewer connected before the counts are taken: 5 s at the interval of 0.5 s."""
 TRANSIENT_FDS = 2
 """Descriptors that come and go with a request being served (the test's own ``/health``)."""
 
@@ -39,7 +37,7 @@ def _after_rows(server: NvdashServer, rows: int) -> ProcStats:
     return proc_stats(server.process.pid)
 
 
-def test_viewers_for_a_minute_grow_no_threads_or_descriptors(server: NvdashServer) -> None:
+def test_viewers_that_leave_leave_no_threads_or_descriptors(server: NvdashServer) -> None:
     routes = list(get_json(server.url + "/index.json"))
     idle = proc_stats(server.process.pid)
     viewers = [Viewer(server.url, route) for _ in range(VIEWERS) for route in routes]
@@ -51,9 +49,6 @@ def test_viewers_for_a_minute_grow_no_threads_or_descriptors(server: NvdashServe
         wait_for(server.health, lambda health: health["sessions"] == len(viewers), timeout_s=60)
 
         warm = _after_rows(server, WARM_UP_ROWS)
-        samples = [_after_rows(server, ROWS_PER_SAMPLE) for _ in range(SAMPLES)]
-        assert max(sample.threads for sample in samples) <= warm.threads, (warm, samples)
-        assert max(sample.fds for sample in samples) <= warm.fds + TRANSIENT_FDS, (warm, samples)
         assert server.health()["sessions"] == len(viewers)
     finally:
         stop_all(viewers)
