@@ -7,6 +7,7 @@ metrics over the interval since the previous sweep's. Two sample buffers per GPU
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any
 
 from nvdash.sampling.nvml_device import Device, GpuLost, NvmlCaller
@@ -31,6 +32,9 @@ class GpmReader:
         self._caller = caller
         self._nvml = caller.nvml
         self._buffers: dict[int, list[Any]] = {}
+        self._lock = threading.Lock()
+        """Guards ``_buffers`` and ``_closed``: a read that hung wakes on a pool thread while ``close`` runs."""
+        self._closed = False
 
     def read(self, device: Device) -> dict[str, float | None]:
         """The GPM metric fields of ``device`` (all ``None`` on the first sweep or when NVML cannot say)."""
@@ -39,10 +43,9 @@ class GpmReader:
             return empty
         nvml = self._nvml
         try:
-            buffers = self._buffers.get(device.index)
+            buffers = self._device_buffers(device.index)
             if buffers is None:
-                buffers = [self._caller.call(nvml.nvmlGpmSampleAlloc) for _ in range(2)]
-                self._buffers[device.index] = buffers
+                return empty
             current = buffers[0] if device.gpm_previous is not buffers[0] else buffers[1]
             self._caller.call(nvml.nvmlGpmSampleGet, device.handle, current)
             previous, device.gpm_previous = device.gpm_previous, current
@@ -71,11 +74,35 @@ class GpmReader:
                 result[name] = min(max(float(metric.value), 0.0), 100.0)
         return result
 
-    def close(self) -> None:
-        """Free the sample buffers (errors ignored: NVML may already be shut down)."""
+    def _device_buffers(self, index: int) -> list[Any] | None:
+        """The GPU's two sample buffers, allocated on first use; ``None`` once closed (what a read allocated
+        while ``close`` ran is freed here, not kept)."""
+        with self._lock:
+            buffers = self._buffers.get(index)
+            if buffers is not None or self._closed:
+                return buffers
+        made: list[Any] = []
+        try:
+            for _ in range(2):
+                made.append(self._caller.call(self._nvml.nvmlGpmSampleAlloc))
+        except BaseException:
+            self._free(made)
+            raise
+        with self._lock:
+            if not self._closed:
+                return self._buffers.setdefault(index, made)
+        self._free(made)
+        return None
+
+    def _free(self, buffers: list[Any]) -> None:
         nvml = self._nvml
-        for buffers in self._buffers.values():
-            for buffer in buffers:
-                with contextlib.suppress(nvml.NVMLError):
-                    self._caller.call(nvml.nvmlGpmSampleFree, buffer)
-        self._buffers.clear()
+        for buffer in buffers:
+            with contextlib.suppress(nvml.NVMLError):
+                self._caller.call(nvml.nvmlGpmSampleFree, buffer)
+
+    def close(self) -> None:
+        """Free the sample buffers (errors ignored: NVML may already be shut down); later reads allocate none."""
+        with self._lock:
+            held, self._buffers, self._closed = list(self._buffers.values()), {}, True
+        for buffers in held:
+            self._free(buffers)

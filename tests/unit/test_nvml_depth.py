@@ -16,6 +16,8 @@ import pytest
 
 from nvdash.sampling.fake import FakeNvmlLibrary
 from nvdash.sampling.fake import constants as fake_constants
+from nvdash.sampling.gpm import GpmReader
+from nvdash.sampling.nvml_device import Device, NvmlCaller
 from nvdash.sampling.nvml_probe import decode_nvlink_version
 from nvdash.sampling.nvml_read import sum_links
 from nvdash.sampling.nvml_source import NvmlSource
@@ -354,3 +356,39 @@ def test_closing_frees_the_gpm_sample_buffers(clock: FakeClock) -> None:
         assert allocated == 16, "two buffers per GPU, reused every sweep"
         source.close()
         assert fake.call_counts().get("nvmlGpmSampleFree", 0) == allocated
+
+
+class _ClosingCaller(NvmlCaller):
+    """Closes ``reader`` from inside the first GPM buffer allocation, as the shutdown thread does meanwhile."""
+
+    reader: GpmReader | None = None
+    closed = False
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        result = super().call(fn, *args)
+        if fn is pynvml.nvmlGpmSampleAlloc and not self.closed and self.reader is not None:
+            self.closed = True
+            self.reader.close()
+        return result
+
+
+def test_closing_while_a_read_allocates_gpm_buffers_keeps_none_and_frees_all(clock: FakeClock) -> None:
+    """A read that hung in ``nvmlGpmSampleAlloc`` wakes while the source closes: closing must not trip over the
+    read's new buffers (it once iterated the buffer map while the read added to it), and none is left allocated."""
+    for source, fake in open_source("dgx-h100", clock):
+        source.open()
+        caller = _ClosingCaller(pynvml)
+        reader = caller.reader = GpmReader(caller)
+        device = Device(index=0, handle=pynvml.nvmlDeviceGetHandleByIndex(0), info=source.gpus[0])
+        before = fake.call_counts()
+        values = reader.read(device)
+        after = fake.call_counts()
+        allocated = after.get("nvmlGpmSampleAlloc", 0) - before.get("nvmlGpmSampleAlloc", 0)
+        freed = after.get("nvmlGpmSampleFree", 0) - before.get("nvmlGpmSampleFree", 0)
+        assert allocated == 2, "the read allocated its two buffers"
+        assert freed == allocated, "the buffers allocated while closing are freed, not kept"
+        assert all(value is None for value in values.values())
+        assert after.get("nvmlGpmSampleGet", 0) == before.get("nvmlGpmSampleGet", 0), "a closed reader samples none"
+        reader.read(device)
+        assert fake.call_counts().get("nvmlGpmSampleAlloc", 0) == after["nvmlGpmSampleAlloc"], \
+            "a closed reader allocates no more"
