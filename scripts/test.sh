@@ -71,10 +71,11 @@ echo "== mypy"
 echo "== import-linter"
 "$VENV/bin/lint-imports"
 
-# Two pytest runs. The first runs every test not marked `serial` in parallel (pytest-xdist, each file on one worker
-# so that a module's shared server starts once): most tests wait on a server subprocess, so more workers than cores
-# pay off. The second runs the `serial` tests (they measure time, memory or counts in a window, or load the machine
-# themselves) one after another with nothing else running. NVDASH_TEST_WORKERS sets the first run's workers.
+# Two pytest runs. The first runs every test not marked `serial` in parallel (pytest-xdist; a file's tests stay on
+# one worker, so that a module's shared server starts once, but for the files tests/conftest.py's SPREAD names): most
+# tests wait on a server subprocess, so more workers than cores pay off. The second runs the `serial` tests (they
+# measure time, memory or counts in a window, or load the machine themselves) one after another with nothing else
+# running. NVDASH_TEST_WORKERS sets the first run's workers.
 WORKERS=${NVDASH_TEST_WORKERS:-$(( $(nproc) * 2 > 8 ? 8 : ($(nproc) * 2 < 3 ? 3 : $(nproc) * 2) ))}
 
 # run_pytest NAME ARGS...: pytest's exit status, where "no tests ran" (5) counts as a failure when the whole suite
@@ -101,7 +102,7 @@ run_pytest() {
 
 any_args=$(( $# > 0 ? 1 : 0 ))
 status=0
-run_pytest "parallel, $WORKERS workers" -n "$WORKERS" --dist loadfile -m "not serial" "$@" || status=$?
+run_pytest "parallel, $WORKERS workers" -n "$WORKERS" --dist loadgroup -m "not serial" "$@" || status=$?
 run_pytest "serial" -n 0 -m serial "$@" || { s=$?; [ "$status" -ne 0 ] || status=$s; }
 if [ "$empty_runs" -eq 2 ]; then
   echo "pytest collected no tests: that is a failure" >&2
