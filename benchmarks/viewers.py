@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -56,9 +57,15 @@ def _health(url: str, since: float | None = None) -> Any:
 
 
 def _nvml_calls(url: str) -> int:
-    """The simulated library's call count (``/api/simulation.json``, served under ``--simulate`` only)."""
-    with urllib.request.urlopen(url + "/api/simulation.json", timeout=30) as response:
-        return int(json.loads(response.read())["fake_nvml_calls"])
+    """The simulated library's call count (``/api/simulation.json``, served under ``--simulate`` only; a server
+    older than that route had it in ``/health``, so a run can compare with one)."""
+    try:
+        with urllib.request.urlopen(url + "/api/simulation.json", timeout=30) as response:
+            return int(json.loads(response.read())["fake_nvml_calls"])
+    except urllib.error.HTTPError as error:
+        if error.code != 404:
+            raise
+    return int(_health(url)["fake_nvml_calls"])
 
 
 def _routes(url: str) -> list[str]:
