@@ -106,7 +106,7 @@ INTERNALS: tuple[Internal, ...] = (
         "of the document per message); a stream, a patch or a property set to a value without models (a str, "
         "number, bool, None, or a list, tuple or dict of those) serializes to the same JSON with no references, "
         "and leaves the document's new models as they were",
-        "cheap stream, patch and plain property messages (nvdash.live.ws_batch)",
+        "cheap stream, patch and plain property messages, several in one message (nvdash.live.ws_batch)",
         "Bokeh offers no way to make a message of an event without the document's models"),
     Internal(
         "bokeh.document.document.gc", "bokeh",

@@ -120,11 +120,11 @@ class Page:
 
 
 @contextmanager
-def bokeh_server(page: Page | PropertyPage) -> Iterator[tuple[str, list[int]]]:
+def bokeh_server(page: Page | PropertyPage) -> Iterator[tuple[str, list[bytes]]]:
     """A Bokeh server in a thread serving ``page`` at ``/page``, with nvdash's batching; yields its URL and a list
-    of the sizes of its socket writes (appended by the server thread)."""
+    of its socket writes (appended by the server thread)."""
     port = free_port()
-    writes: list[int] = []
+    writes: list[bytes] = []
     started = threading.Event()
     holder: dict[str, Any] = {}
 
@@ -145,7 +145,7 @@ def bokeh_server(page: Page | PropertyPage) -> Iterator[tuple[str, list[int]]]:
 
     def counted(stream: IOStream, data: Any) -> Any:
         if threading.current_thread() is thread:
-            writes.append(len(data))
+            writes.append(bytes(data))
         return original(stream, data)
 
     thread = threading.Thread(target=serve, daemon=True, name="bokeh-test-server")
@@ -181,6 +181,18 @@ def on_server(page: Page | PropertyPage, call: Callable[[], None]) -> None:
     page.doc.add_next_tick_callback(call)
 
 
+def messages(write: bytes) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Each Bokeh message in a socket write: its type and, for a PATCH-DOC, its events."""
+    frames = [payload for _, payload in parse_frames(write)]
+    found = []
+    while frames:
+        header, _metadata, content, *frames = frames
+        msgtype = json.loads(header)["msgtype"]
+        found.append((msgtype, json.loads(content).get("events", [])))
+        frames = frames[2 * json.loads(header).get("num_buffers", 0):]
+    return found
+
+
 def test_one_write_per_callback_and_the_viewer_sees_every_change() -> None:
     page = Page()
     with bokeh_server(page) as (url, writes):
@@ -197,7 +209,11 @@ def test_one_write_per_callback_and_the_viewer_sees_every_change() -> None:
 
                 receive_until(session, lambda k=k: label.text == f"step {k}")
                 wait_for(lambda: len(writes), lambda count, before=before: count > before)
-                assert len(writes) - before == 1, writes[before:]
+                assert len(writes) - before == 1, [len(write) for write in writes[before:]]
+                (message,) = messages(writes[-1])  # and one message with the four changes, in order
+                assert message[0] == "PATCH-DOC"
+                assert [event["kind"] for event in message[1]] == [
+                    "ColumnsStreamed", "ColumnsStreamed", "ColumnsPatched", "ModelChanged"]
             assert list(short.data["x"]) == [0, 1, 2, 3]
             assert list(long.data["y"]) == [float(v) for v in range(100, 400)]
             assert list(patched.data["z"]) == [3, 0]
@@ -271,7 +287,10 @@ class PropertyPage:
         self.label.text = "plain"
 
     def model_step(self) -> None:
+        """A plain change, a model added (Bokeh's message), and a change of the new model: three messages."""
+        self.label.text = "before"
         self.layout.children = [*self.layout.children, Div(text="added", name="added")]
+        (self.layout.children[-1]).text = "added, then changed"  # type: ignore[attr-defined]
 
 
 def test_the_viewer_gets_plain_properties_without_bokehs_message_and_new_models_with_it() -> None:
@@ -286,7 +305,7 @@ def test_the_viewer_gets_plain_properties_without_bokehs_message_and_new_models_
 
     Protocol.create = counted  # type: ignore[method-assign]
     try:
-        with bokeh_server(page) as (url, _writes):
+        with bokeh_server(page) as (url, writes):
             session = pull_session(url=url + "/page")
             try:
                 assert page.ready.wait(30)
@@ -299,11 +318,17 @@ def test_the_viewer_gets_plain_properties_without_bokehs_message_and_new_models_
                 assert [tuple(option) for option in select.options] == [("0", "GPU 0"), ("1", "GPU 1")]
                 assert (plot.visible, plot.height, list(plot.x_range.factors)) == (False, 240, ["x", "y"])
                 assert dict(label.styles) == {"color": "red"}
-                assert creates == []  # six property messages, none through Bokeh's PATCH-DOC
+                assert creates == []  # six property changes, none through Bokeh's PATCH-DOC
+                wait_for(lambda: messages(writes[-1]), lambda found: len(found[0][1]) == 6)
+                assert [(msgtype, len(events)) for msgtype, events in messages(writes[-1])] == [("PATCH-DOC", 6)]
                 on_server(page, page.model_step)
-                receive_until(session, lambda: len(layout.children) == 4)
-                assert layout.children[-1].text == "added"
+                receive_until(session, lambda: len(layout.children) == 4
+                              and layout.children[-1].text == "added, then changed")
+                assert label.text == "before"
                 assert creates == ["PATCH-DOC"]
+                wait_for(lambda: messages(writes[-1]), lambda found: len(found) == 3)
+                assert [[event["kind"] for event in events] for _, events in messages(writes[-1])] == [
+                    ["ModelChanged"], ["ModelChanged"], ["ModelChanged"]]
             finally:
                 session.close()
     finally:

@@ -311,6 +311,12 @@ async def _patch_doc_create() -> None:
             f"Bokeh's PATCH-DOC of a {type(event).__name__} differs from the one made without references")
         assert doc.models._new_models == new_models, "Bokeh's PATCH-DOC of a plain value marked new models as sent"
     assert ws_batch.fast_message(events[0]) is None, "a change whose value holds a model was made cheaply"
+    patch = ws_batch.FastPatch()
+    for event in events[first:]:
+        patch.add(event)
+    assert json.loads(patch.message().content_json) == json.loads(
+        Protocol().create("PATCH-DOC", events[first:]).content_json), (
+        "Bokeh's PATCH-DOC of several events differs from the events' own serializations in order")
 
 
 @check("bokeh.document.document.gc")
