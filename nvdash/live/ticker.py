@@ -17,6 +17,7 @@ periodic callback of their own (:func:`nvdash.live.follow.follow`).
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -28,6 +29,8 @@ from tornado.ioloop import IOLoop, PeriodicCallback
 from nvdash.live.backpressure import viewers_ready
 from nvdash.live.visibility import hidden_flag
 from nvdash.store import Store
+
+log = logging.getLogger(__name__)
 
 
 class Due(Protocol):
@@ -129,32 +132,53 @@ class Ticker:
         for doc, followers in list(self._docs.items()):
             if doc in self._scheduled:
                 continue  # its update of an earlier tick has not run yet: it will take these rows too
-            state = session_state(doc)
-            if state == "gone":
+            try:
+                wanted = self._wanted(doc, followers, last)
+            except Exception:
+                log.exception("a document could not be checked for updates; it is no longer followed")
+                wanted = None
+            if wanted is None:
                 self.drop(doc)
-                continue
-            if state == "building" or not any(follower.due(last) for follower in followers):
-                continue
-            if hidden_flag(doc).disabled or not viewers_ready(doc):
-                continue
-            self._scheduled[doc] = last
-            self._waiting.append(doc)
+            elif wanted:
+                self._scheduled[doc] = last
+                self._waiting.append(doc)
         if self._waiting and not self._dispatching:
             self._dispatching = True
             self._dispatch()
 
+    @staticmethod
+    def _wanted(doc: Document, followers: list[Due], last: int) -> bool | None:
+        """Whether ``doc`` takes an update now; ``None`` once its session is gone."""
+        state = session_state(doc)
+        if state == "gone":
+            return None
+        if state == "building" or not any(follower.due(last) for follower in followers):
+            return False
+        return not hidden_flag(doc).disabled and viewers_ready(doc)
+
     def _dispatch(self) -> None:
         """Schedule the next waiting document's update, and this again at the next turn while more wait."""
-        while self._waiting:
-            doc = self._waiting.popleft()
-            if doc in self._scheduled:
-                doc.add_next_tick_callback(partial(self._apply, doc))
+        try:
+            while self._waiting:
+                doc = self._waiting.popleft()
+                if doc not in self._scheduled:
+                    continue  # dropped meanwhile
+                if session_state(doc) != "live":
+                    self.drop(doc)  # destroyed meanwhile: its callbacks are gone
+                    continue
+                try:
+                    doc.add_next_tick_callback(partial(self._apply, doc))
+                except Exception:
+                    log.exception("a document's update could not be scheduled; it is no longer followed")
+                    self.drop(doc)
+                    continue
                 self.updates += 1
                 break
-        if self._waiting:
-            self.loop.add_callback(self._dispatch)
-        else:
-            self._dispatching = False
+        finally:
+            if self._waiting:
+                self.loop.add_callback(self._dispatch)
+            else:
+                self._dispatching = False
 
     def _apply(self, doc: Document) -> None:
         """A document's update, on its lock: each follower hands on its whole batches (unless paused or hidden
