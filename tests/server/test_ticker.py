@@ -48,6 +48,8 @@ class Pages:
         self.pauses: list[weakref.ref[Toggle]] = []
         """Held weakly, as the documents: a model holds its document."""
         self.loop: IOLoop | None = None
+        self.turns: list[str] = []
+        """``rows`` when a document takes rows, ``turn`` when the loop ran what that document's update queued."""
 
     def make(self, doc: Document) -> None:
         index = len(self.docs)
@@ -58,6 +60,8 @@ class Pages:
 
         def on_rows(rows: Sequence[Snapshot]) -> None:
             got.append([row.time_s for row in rows])
+            self.turns.append("rows")
+            asyncio.get_running_loop().call_soon(self.turns.append, "turn")
             label.text = f"row {rows[-1].time_s:g}"
 
         doc.add_root(label)
@@ -169,6 +173,8 @@ def test_one_ticker_updates_every_document_with_the_same_batches() -> None:
         for index in range(3):
             wait_for(lambda index=index: pages.rows(index), lambda rows: rows[-1:] == [10.0])
         assert pages.received[0] == pages.received[1] == pages.received[2]
+        # The three updates came from one tick, yet the loop had a turn after each: never two in one turn.
+        assert pages.turns == ["rows", "turn"] * 3
         assert pages.rows(0) == [4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
         assert all(len(batch) % BATCH == 0 for batch in pages.received[0][1:])
         (label,) = sessions[2].document.select({"name": "label"})
