@@ -1,4 +1,6 @@
-"""Live updates: one periodic callback per document reads only the store's new rows and hands them on."""
+"""Live updates: each document reads only the store's new rows and hands them on, at every tick of its server's
+:class:`~nvdash.live.ticker.Ticker` (one periodic callback for all documents), or of its own periodic callback
+outside a server."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from bokeh.models import ColumnDataSource
 from bokeh.models.widgets import Toggle
 
 from nvdash.live.backpressure import viewers_ready
+from nvdash.live.ticker import ticker
 from nvdash.live.ticks import TickCache
 from nvdash.live.visibility import hidden_flag
 from nvdash.sampling.records import Snapshot
@@ -63,20 +66,37 @@ class Follower:
         """Push the rows newer than the last seen (a whole batch of them); nothing when paused or nothing is new."""
         self._poll(whole_batches=True)
 
-    def _poll(self, whole_batches: bool) -> None:
+    def due(self, last_seq: int) -> bool:
+        """Whether a poll would hand on rows, the store's newest being ``last_seq``, were the viewers ready and the
+        page seen: not paused, and a whole batch is new."""
+        if self.pause is not None and self.pause.active:
+            return False
+        return self._boundary(last_seq) > self.seq
+
+    def apply(self, last_seq: int) -> None:
+        """A poll for a document whose viewers were found ready by its :class:`~nvdash.live.ticker.Ticker`, at
+        the tick that saw ``last_seq`` as the store's newest row: rows up to that tick's boundary, so every session
+        updated from one tick hands on the very same rows, however late its turn comes."""
+        self._poll(whole_batches=True, check_viewers=False, upto=last_seq)
+
+    def _boundary(self, last_seq: int) -> int:
+        return last_seq - last_seq % self.batch
+
+    def _poll(self, whole_batches: bool, check_viewers: bool = True, upto: int | None = None) -> None:
         if self.pause is not None and self.pause.active:
             return
-        if self.doc is not None and (not viewers_ready(self.doc) or hidden_flag(self.doc).disabled):
+        if self.doc is not None and (
+                (check_viewers and not viewers_ready(self.doc)) or hidden_flag(self.doc).disabled):
             return
-        if whole_batches and self.batch > 1:
-            last = self.store.last_seq
-            if last - last % self.batch <= self.seq:
-                return
+        end = self.store.last_seq if upto is None else upto
+        if whole_batches:
+            end = self._boundary(end)
+        if end <= self.seq:
+            return
         rows, last = self.store.since(self.seq)
-        if whole_batches and self.batch > 1:
-            boundary = last - last % self.batch
-            rows = rows[:max(0, len(rows) - (last - boundary))]
-            last = boundary
+        if last > end:
+            rows = rows[:max(0, len(rows) - (last - end))]
+            last = end
         self.seq = last
         if rows:
             self.on_rows(rows)
@@ -118,10 +138,15 @@ def refresh_batch(ctx: LiveContext) -> int:
 def follow(
     doc: Document, ctx: LiveContext, seq: int, on_rows: RowsHandler, pause: Toggle | None = None, *, batch: int = 1
 ) -> Follower:
-    """Register the document's one periodic callback, starting after sequence number ``seq``; rows are handed on
-    ``batch`` at a time (see :class:`Follower`)."""
+    """Hand the document the store's rows after sequence number ``seq``, ``batch`` at a time (see :class:`Follower`),
+    every :func:`period_ms`: in a Bokeh server at the ticks of the store's one :class:`~nvdash.live.ticker.Ticker`
+    (until the session is destroyed); elsewhere (a document without a session: tests, benchmarks) by the document's
+    one periodic callback."""
     follower = Follower(ctx.store, seq, on_rows, pause, doc, batch=batch)
-    doc.add_periodic_callback(follower.poll, period_ms(ctx))
+    if doc.session_context is None:
+        doc.add_periodic_callback(follower.poll, period_ms(ctx))
+    else:
+        ticker(ctx.store, period_ms(ctx)).register(follower)
     if pause is not None:
         pause.on_change("active", follower.toggled)
     hidden_flag(doc).on_change("disabled", follower.seen)

@@ -101,6 +101,14 @@ INTERNALS: tuple[Internal, ...] = (
         "batched websocket writes, which frame messages themselves (nvdash.live.ws_batch)",
         "the wire layout is Bokeh's protocol, not a documented API"),
     Internal(
+        "bokeh.protocol.messages.patch_doc.patch_doc.create", "bokeh",
+        "serializes a PATCH-DOC's events with the document's synced models as references (a walk of every model "
+        "of the document per message); a stream, a patch or a property set to a value without models (a str, "
+        "number, bool, None, or a list, tuple or dict of those) serializes to the same JSON with no references, "
+        "and leaves the document's new models as they were",
+        "cheap stream, patch and plain property messages, several in one message (nvdash.live.ws_batch)",
+        "Bokeh offers no way to make a message of an event without the document's models"),
+    Internal(
         "bokeh.document.document.gc", "bokeh",
         "the gc module as a global of Bokeh's document module; Document.destroy calls gc.collect() through it",
         "the garbage-collection policy: no full collection per discarded session (nvdash.live.gc_policy)",

@@ -15,13 +15,15 @@ from bokeh.application import Application
 from bokeh.application.handlers.function import FunctionHandler
 from bokeh.client import ClientSession, pull_session
 from bokeh.document import Document
-from bokeh.models import ColumnDataSource, Div
+from bokeh.layouts import column
+from bokeh.models import ColumnDataSource, Div, FactorRange, Select, Title
+from bokeh.plotting import figure
 from bokeh.protocol import Protocol
 from bokeh.server.server import Server
 from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream
 
-from nvdash.live.ws_batch import batch_websocket_writes, columns_message, frame, message_bytes
+from nvdash.live.ws_batch import batch_websocket_writes, columns_message, fast_message, frame, message_bytes
 from tests.conftest import free_port, wait_for
 
 # --- framing, from RFC 6455 section 5.7 and 5.2 --------------------------------------------------------------------
@@ -118,11 +120,11 @@ class Page:
 
 
 @contextmanager
-def bokeh_server(page: Page) -> Iterator[tuple[str, list[int]]]:
+def bokeh_server(page: Page | PropertyPage) -> Iterator[tuple[str, list[bytes]]]:
     """A Bokeh server in a thread serving ``page`` at ``/page``, with nvdash's batching; yields its URL and a list
-    of the sizes of its socket writes (appended by the server thread)."""
+    of its socket writes (appended by the server thread)."""
     port = free_port()
-    writes: list[int] = []
+    writes: list[bytes] = []
     started = threading.Event()
     holder: dict[str, Any] = {}
 
@@ -143,10 +145,10 @@ def bokeh_server(page: Page) -> Iterator[tuple[str, list[int]]]:
 
     def counted(stream: IOStream, data: Any) -> Any:
         if threading.current_thread() is thread:
-            writes.append(len(data))
+            writes.append(bytes(data))
         return original(stream, data)
 
-    thread = threading.Thread(target=serve, daemon=True)
+    thread = threading.Thread(target=serve, daemon=True, name="bokeh-test-server")
     IOStream.write = counted  # type: ignore[method-assign,assignment]
     try:
         thread.start()
@@ -173,10 +175,22 @@ def receive_until(session: ClientSession, condition: Callable[[], bool], timeout
     assert condition(), f"not seen within {timeout_s} s"
 
 
-def on_server(page: Page, call: Callable[[], None]) -> None:
+def on_server(page: Page | PropertyPage, call: Callable[[], None]) -> None:
     """Run ``call`` on the page's document, on the server's loop (Bokeh's thread-safe way in)."""
     assert page.doc is not None
     page.doc.add_next_tick_callback(call)
+
+
+def messages(write: bytes) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Each Bokeh message in a socket write: its type and, for a PATCH-DOC, its events."""
+    frames = [payload for _, payload in parse_frames(write)]
+    found = []
+    while frames:
+        header, _metadata, content, *frames = frames
+        msgtype = json.loads(header)["msgtype"]
+        found.append((msgtype, json.loads(content).get("events", [])))
+        frames = frames[2 * json.loads(header).get("num_buffers", 0):]
+    return found
 
 
 def test_one_write_per_callback_and_the_viewer_sees_every_change() -> None:
@@ -195,9 +209,127 @@ def test_one_write_per_callback_and_the_viewer_sees_every_change() -> None:
 
                 receive_until(session, lambda k=k: label.text == f"step {k}")
                 wait_for(lambda: len(writes), lambda count, before=before: count > before)
-                assert len(writes) - before == 1, writes[before:]
+                assert len(writes) - before == 1, [len(write) for write in writes[before:]]
+                (message,) = messages(writes[-1])  # and one message with the four changes, in order
+                assert message[0] == "PATCH-DOC"
+                assert [event["kind"] for event in message[1]] == [
+                    "ColumnsStreamed", "ColumnsStreamed", "ColumnsPatched", "ModelChanged"]
             assert list(short.data["x"]) == [0, 1, 2, 3]
             assert list(long.data["y"]) == [float(v) for v in range(100, 400)]
             assert list(patched.data["z"]) == [3, 0]
         finally:
             session.close()
+
+
+# --- property changes without the document's models ---------------------------------------------------------------
+
+
+def _changes(doc: Document, change: Callable[[], None]) -> list[Any]:
+    seen: list[Any] = []
+    doc.on_change(seen.append)
+    try:
+        change()
+    finally:
+        doc.remove_on_change(seen.append)
+    return seen
+
+
+def test_a_plain_property_message_equals_bokehs_and_a_model_valued_one_is_left_to_bokeh() -> None:
+    doc = Document()
+    label = Div(text="a")
+    select = Select(options=["a"], value="a")
+    plot = figure(x_range=FactorRange(factors=["a"]), height=100)
+    doc.add_root(column(label, select, plot))
+    plain_changes = _changes(doc, lambda: (
+        setattr(label, "text", "b <i>c</i>"),
+        setattr(label, "styles", {"color": "red"}),
+        setattr(select, "options", [("0", "GPU 0"), ("1", "GPU 1")]),
+        setattr(plot, "visible", False),
+        setattr(plot, "height", 240),
+        setattr(plot.x_range, "factors", ["x", "y"]),
+        setattr(plot.x_range, "range_padding", float("nan")),
+    ))
+    assert len(plain_changes) == 7
+    for event in plain_changes:
+        ours = fast_message(event)
+        assert ours is not None, event
+        bokehs = Protocol().create("PATCH-DOC", [event])
+        assert json.loads(ours.content_json) == json.loads(bokehs.content_json)
+    (model_valued,) = _changes(doc, lambda: setattr(plot, "title", Title(text="new")))
+    assert fast_message(model_valued) is None  # a new model: only Bokeh's way sends its definition
+    (with_numpy,) = _changes(doc, lambda: setattr(plot.x_range, "factors", list(np.array(["p", "q"]))))
+    assert fast_message(with_numpy) is None  # numpy strings are not exactly str
+
+
+class PropertyPage:
+    """A document whose steps set plain properties, then one that adds a model."""
+
+    def __init__(self) -> None:
+        self.doc: Document | None = None
+        self.ready = threading.Event()
+        self.label = Div(text="step 0", name="label")
+        self.select = Select(options=["a"], value="a", name="select")
+        self.plot = figure(x_range=FactorRange(factors=["a"]), height=100, name="plot")
+        self.plot.scatter(x=["a"], y=[1])
+        self.layout = column(self.label, self.select, self.plot, name="layout")
+
+    def make(self, doc: Document) -> None:
+        doc.add_root(self.layout)
+        self.doc = doc
+        self.ready.set()
+
+    def plain_step(self) -> None:
+        self.select.options = [("0", "GPU 0"), ("1", "GPU 1")]
+        self.plot.visible = False
+        self.plot.height = 240
+        self.plot.x_range.factors = ["x", "y"]
+        self.label.styles = {"color": "red"}
+        self.label.text = "plain"
+
+    def model_step(self) -> None:
+        """A plain change, a model added (Bokeh's message), and a change of the new model: three messages."""
+        self.label.text = "before"
+        self.layout.children = [*self.layout.children, Div(text="added", name="added")]
+        (self.layout.children[-1]).text = "added, then changed"  # type: ignore[attr-defined]
+
+
+def test_the_viewer_gets_plain_properties_without_bokehs_message_and_new_models_with_it() -> None:
+    page = PropertyPage()
+    creates: list[str] = []
+    original = Protocol.create
+
+    def counted(protocol: Protocol, msgtype: str, *args: Any, **kwargs: Any) -> Any:
+        if msgtype == "PATCH-DOC" and threading.current_thread().name == "bokeh-test-server":
+            creates.append(msgtype)
+        return original(protocol, msgtype, *args, **kwargs)
+
+    Protocol.create = counted  # type: ignore[method-assign]
+    try:
+        with bokeh_server(page) as (url, writes):
+            session = pull_session(url=url + "/page")
+            try:
+                assert page.ready.wait(30)
+                (label,) = session.document.select({"name": "label"})
+                (select,) = session.document.select({"name": "select"})
+                (plot,) = session.document.select({"name": "plot"})
+                (layout,) = session.document.select({"name": "layout"})
+                on_server(page, page.plain_step)
+                receive_until(session, lambda: label.text == "plain")
+                assert [tuple(option) for option in select.options] == [("0", "GPU 0"), ("1", "GPU 1")]
+                assert (plot.visible, plot.height, list(plot.x_range.factors)) == (False, 240, ["x", "y"])
+                assert dict(label.styles) == {"color": "red"}
+                assert creates == []  # six property changes, none through Bokeh's PATCH-DOC
+                wait_for(lambda: messages(writes[-1]), lambda found: len(found[0][1]) == 6)
+                assert [(msgtype, len(events)) for msgtype, events in messages(writes[-1])] == [("PATCH-DOC", 6)]
+                on_server(page, page.model_step)
+                receive_until(session, lambda: len(layout.children) == 4
+                              and layout.children[-1].text == "added, then changed")
+                assert label.text == "before"
+                assert creates == ["PATCH-DOC"]
+                wait_for(lambda: messages(writes[-1]), lambda found: len(found) == 3)
+                assert [[event["kind"] for event in events] for _, events in messages(writes[-1])] == [
+                    ["ModelChanged"], ["ModelChanged"], ["ModelChanged"]]
+            finally:
+                session.close()
+    finally:
+        Protocol.create = original  # type: ignore[method-assign]

@@ -26,8 +26,9 @@ from bokeh.application import Application
 from bokeh.application.handlers.function import FunctionHandler
 from bokeh.core.property.wrappers import PropertyValueContainer
 from bokeh.document import Document
-from bokeh.models import ColumnDataSource
+from bokeh.models import Column, ColumnDataSource, Select
 from bokeh.models.widgets import Div
+from bokeh.protocol import Protocol
 from bokeh.protocol.message import Message
 from bokeh.server.connection import ServerConnection
 from bokeh.server.server import Server
@@ -279,6 +280,43 @@ async def _message_send() -> None:
     await message.send(recorder)  # type: ignore[arg-type]
     assert parse_frames(ws_batch.message_bytes(message)) == recorder.frames, (
         "Bokeh writes a message's frames in another order or form than nvdash frames them")
+
+
+@check("bokeh.protocol.messages.patch_doc.patch_doc.create")
+async def _patch_doc_create() -> None:
+    doc = Document()
+    label = Div(text="a")
+    source = ColumnDataSource(data={"y": [1.0, 2.0]})
+    select = Select(options=["a"], value="a")
+    layout = Column(label, select)
+    doc.add_root(layout)
+    doc.add_root(source)
+    events: list[Any] = []
+    doc.on_change(events.append)
+    new_model = Div(text="new")
+    layout.children = [*layout.children, new_model]  # a new model, not yet sent
+    new_models = set(doc.models._new_models)
+    assert new_model in new_models, "a model added to the document is not counted as new"
+    first = len(events)
+    label.text = "b"
+    label.styles = {"color": "red"}
+    select.options = [("0", "GPU 0"), ("1", "GPU 1")]
+    source.stream({"y": [3.0]})
+    source.patch({"y": [(0, float("nan"))]})
+    for event in events[first:]:
+        ours = ws_batch.fast_message(event)
+        assert ours is not None, f"{type(event).__name__} is not made cheaply"
+        bokehs = Protocol().create("PATCH-DOC", [event])
+        assert json.loads(ours.content_json) == json.loads(bokehs.content_json), (
+            f"Bokeh's PATCH-DOC of a {type(event).__name__} differs from the one made without references")
+        assert doc.models._new_models == new_models, "Bokeh's PATCH-DOC of a plain value marked new models as sent"
+    assert ws_batch.fast_message(events[0]) is None, "a change whose value holds a model was made cheaply"
+    patch = ws_batch.FastPatch()
+    for event in events[first:]:
+        patch.add(event)
+    assert json.loads(patch.message().content_json) == json.loads(
+        Protocol().create("PATCH-DOC", events[first:]).content_json), (
+        "Bokeh's PATCH-DOC of several events differs from the events' own serializations in order")
 
 
 @check("bokeh.document.document.gc")
