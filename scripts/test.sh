@@ -71,8 +71,9 @@ echo "== mypy"
 echo "== import-linter"
 "$VENV/bin/lint-imports"
 
-# Two pytest runs. The first runs every test not marked `serial` in parallel (pytest-xdist; a file's tests stay on
-# one worker, so that a module's shared server starts once, but for the files tests/conftest.py's SPREAD names): most
+# Two pytest runs. The first runs every test not marked `serial` in parallel (pytest-xdist, `--dist loadscope`: a
+# file's test functions stay on one worker, so that a module's shared server starts once, and each test class is a
+# unit of its own, which is how a file spreads tests that share nothing, e.g. tests/server/test_profiles.py): most
 # tests wait on a server subprocess, so more workers than cores pay off. The second runs the `serial` tests (they
 # measure time, memory or counts in a window, or load the machine themselves) one after another with nothing else
 # running. NVDASH_TEST_WORKERS sets the first run's workers.
@@ -102,7 +103,7 @@ run_pytest() {
 
 any_args=$(( $# > 0 ? 1 : 0 ))
 status=0
-run_pytest "parallel, $WORKERS workers" -n "$WORKERS" --dist loadgroup -m "not serial" "$@" || status=$?
+run_pytest "parallel, $WORKERS workers" -n "$WORKERS" --dist loadscope -m "not serial" "$@" || status=$?
 run_pytest "serial" -n 0 -m serial "$@" || { s=$?; [ "$status" -ne 0 ] || status=$s; }
 if [ "$empty_runs" -eq 2 ]; then
   echo "pytest collected no tests: that is a failure" >&2

@@ -43,24 +43,13 @@ window, or load the machine themselves. ``scripts/test.sh`` runs the rest in par
 ``@pytest.mark.serial`` itself."""
 
 
-SPREAD = {
-    "tests/server/test_profiles.py": "each case starts a server of its own profile",
-}
-"""Files whose tests share nothing (each starts its own server), by why: in the parallel run their tests go to any
-worker. Every other file's tests stay together on one worker (``--dist loadgroup`` with the file as the group), so
-that a module's shared server starts once."""
-
-
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests of :data:`SERIAL` ``serial``, and group the tests of each file but those of :data:`SPREAD`
-    (before pytest-xdist reads the groups)."""
+    """Mark the tests of :data:`SERIAL` ``serial``."""
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         test = item.nodeid.split("[", 1)[0]
         if path in SERIAL or test in SERIAL:
             item.add_marker(pytest.mark.serial)
-        item.add_marker(pytest.mark.xdist_group(item.nodeid if path in SPREAD else path))
 
 
 def free_port() -> int:

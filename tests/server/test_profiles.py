@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from bokeh.client import ClientSession
 
 from tests.conftest import get_json, http_get, nvdash_server, wait_for
@@ -21,16 +20,7 @@ def _receives_data(session: ClientSession) -> bool:
     return _has_data(session)
 
 
-@pytest.mark.parametrize(
-    ("profile", "gpus", "nvlink", "gpm"),
-    [
-        ("dgx-a100", 8, True, False),
-        ("dgx-b200", 8, True, True),
-        ("a100-pcie-2", 2, False, False),
-        ("t4", 1, False, False),
-    ],
-)
-def test_every_offered_dashboard_opens_with_data(profile: str, gpus: int, nvlink: bool, gpm: bool) -> None:
+def _every_offered_dashboard_opens_with_data(profile: str, gpus: int, nvlink: bool, gpm: bool) -> None:
     with nvdash_server(["--simulate", profile, "--interval", "0.25"]) as server:
         wait_for(lambda: server.health()["store"]["rows"], lambda rows: rows >= 4)
         index = get_json(server.url + "/index.json")
@@ -53,3 +43,24 @@ def test_every_offered_dashboard_opens_with_data(profile: str, gpus: int, nvlink
         assert all(gpu["health"]["status"] in ("ok", "warning", "critical") for gpu in snapshot["gpus"])
         assert server.health()["sampler"]["errors"] == 0
         assert "Traceback" not in server.output()
+
+
+# One class per machine: the parallel test run hands each class to a worker of its own (each starts its own server).
+class TestDgxA100:
+    def test_every_offered_dashboard_opens_with_data(self) -> None:
+        _every_offered_dashboard_opens_with_data("dgx-a100", 8, nvlink=True, gpm=False)
+
+
+class TestDgxB200:
+    def test_every_offered_dashboard_opens_with_data(self) -> None:
+        _every_offered_dashboard_opens_with_data("dgx-b200", 8, nvlink=True, gpm=True)
+
+
+class TestA100Pcie2:
+    def test_every_offered_dashboard_opens_with_data(self) -> None:
+        _every_offered_dashboard_opens_with_data("a100-pcie-2", 2, nvlink=False, gpm=False)
+
+
+class TestT4:
+    def test_every_offered_dashboard_opens_with_data(self) -> None:
+        _every_offered_dashboard_opens_with_data("t4", 1, nvlink=False, gpm=False)
