@@ -6,10 +6,12 @@ once a second has nothing to send. With many viewers those callbacks, all due at
 sum of their work (``benchmarks/viewers.py``, profiled with py-spy at 10 viewers of every dashboard).
 
 A :class:`Ticker` reads the store's newest sequence number once per tick and asks each document's followers whether
-they have a whole batch of new rows; only a document that has, is not paused, can be seen and has a viewer ready
-for it, gets its update, as a next-tick callback of its own (so Bokeh's document lock is taken only by sessions
-with work). Those callbacks are handed to the loop one per turn: between two sessions' updates the loop serves
-sockets and timers, so a tick's burst holds the loop for one session's update at a time, not for all of them.
+they have a whole batch of new rows (arithmetic only: the tick walks every followed document in one turn). The
+documents that have are then taken one per turn of the loop: one that is hidden or whose viewers are not ready for
+more (a socket ``ioctl`` each) is skipped until a later tick, the others get their update as a next-tick callback
+of their own (so Bokeh's document lock is taken only by sessions with work). Between two sessions' checks and
+updates the loop serves sockets and timers, so a tick's burst holds the loop for one session at a time, not for
+all of them.
 
 A document is dropped when its session is destroyed. Outside a Bokeh server (tests, benchmarks) documents keep a
 periodic callback of their own (:func:`nvdash.live.follow.follow`).
@@ -152,9 +154,7 @@ class Ticker:
         state = session_state(doc)
         if state == "gone":
             return None
-        if state == "building" or not any(follower.due(last) for follower in followers):
-            return False
-        return not hidden_flag(doc).disabled and viewers_ready(doc)
+        return state == "live" and any(follower.due(last) for follower in followers)
 
     def _dispatch(self) -> None:
         """Schedule the next waiting document's update, and this again at the next turn while more wait."""
@@ -166,6 +166,15 @@ class Ticker:
                 if session_state(doc) != "live":
                     self.drop(doc)  # destroyed meanwhile: its callbacks are gone
                     continue
+                try:
+                    ready = not hidden_flag(doc).disabled and viewers_ready(doc)
+                except Exception:
+                    log.exception("a document could not be checked for updates; it is no longer followed")
+                    self.drop(doc)
+                    continue
+                if not ready:
+                    self._scheduled.pop(doc, None)  # its rows wait in the store for a tick that finds it ready
+                    break  # the next document's check in the next turn
                 try:
                     doc.add_next_tick_callback(partial(self._apply, doc))
                 except Exception:
