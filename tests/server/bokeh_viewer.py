@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bokeh.client import ClientSession, pull_session
@@ -120,3 +121,16 @@ def numeric_columns(data: list[dict[str, list[Any]]]) -> dict[str, list[float]]:
             if values and all(isinstance(v, (int, float)) for v in values):
                 out[f"{i}.{name}"] = [float(v) for v in values]
     return out
+
+
+def receive_until(session: ClientSession, condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """Apply the server's messages until ``condition`` holds (checked before each message is awaited); fails
+    after ``timeout_s``. The page sends nothing unasked, so a time-driven wait would wait for a next message."""
+    connection = session._connection
+    stop = threading.Timer(timeout_s, lambda: connection._loop.add_callback(connection._loop.stop))
+    stop.start()
+    try:
+        connection._loop_until(condition)
+    finally:
+        stop.cancel()
+    assert condition(), f"not seen within {timeout_s} s"

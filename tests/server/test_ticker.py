@@ -26,6 +26,7 @@ from nvdash.live.visibility import hidden_flag
 from nvdash.sampling.records import HostInfo, HostSample, Inventory, Snapshot
 from nvdash.store import Store
 from tests.conftest import free_port, wait_for
+from tests.server.bokeh_viewer import receive_until
 
 BATCH = 2
 
@@ -140,16 +141,6 @@ def viewers(url: str, count: int) -> Iterator[list[ClientSession]]:
             session.close()
 
 
-def receive_until(session: ClientSession, condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    """Apply the server's messages until ``condition`` holds; fails after ``timeout_s``."""
-    connection = session._connection
-    stop = threading.Timer(timeout_s, lambda: connection._loop.add_callback(connection._loop.stop))
-    stop.start()
-    try:
-        connection._loop_until(condition)
-    finally:
-        stop.cancel()
-    assert condition(), f"not seen within {timeout_s} s"
 
 
 def ticks_pass(pages: Pages, count: int) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from bokeh.application import Application
 from bokeh.application.handlers.function import FunctionHandler
-from bokeh.client import ClientSession, pull_session
+from bokeh.client import pull_session
 from bokeh.document import Document
 from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, Div, FactorRange, Select, Title
@@ -25,6 +25,7 @@ from tornado.iostream import IOStream
 
 from nvdash.live.ws_batch import batch_websocket_writes, columns_message, fast_message, frame, message_bytes
 from tests.conftest import free_port, wait_for
+from tests.server.bokeh_viewer import receive_until
 
 # --- framing, from RFC 6455 section 5.7 and 5.2 --------------------------------------------------------------------
 
@@ -162,17 +163,6 @@ def bokeh_server(page: Page | PropertyPage) -> Iterator[tuple[str, list[bytes]]]
         thread.join(30)
 
 
-def receive_until(session: ClientSession, condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    """Apply the server's messages until ``condition`` holds (checked before each message is awaited); fails
-    after ``timeout_s``. The page sends nothing unasked, so a time-driven wait would wait for a next message."""
-    connection = session._connection
-    stop = threading.Timer(timeout_s, lambda: connection._loop.add_callback(connection._loop.stop))
-    stop.start()
-    try:
-        connection._loop_until(condition)
-    finally:
-        stop.cancel()
-    assert condition(), f"not seen within {timeout_s} s"
 
 
 def on_server(page: Page | PropertyPage, call: Callable[[], None]) -> None:

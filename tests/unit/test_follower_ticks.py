@@ -2,31 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from bokeh.models.widgets import Toggle
 
 from nvdash.live.follow import Follower
-from nvdash.sampling.records import HostInfo, HostSample, Inventory, Snapshot
-from nvdash.store import Store
-
-
-def _store() -> Store:
-    return Store(Inventory(host=HostInfo("h", 1, 1)), capacity=100)
-
-
-def _append(store: Store, count: int) -> None:
-    for _ in range(count):
-        seq = store.last_seq + 1
-        store.append(Snapshot(time_s=float(seq), gpus=(), host=HostSample(cpu_pct=float(seq))))
-
-
-class Received:
-    def __init__(self) -> None:
-        self.batches: list[list[float]] = []
-
-    def __call__(self, rows: Sequence[Snapshot]) -> None:
-        self.batches.append([row.time_s for row in rows])
+from tests.unit.test_follower import Received, _append, _store
 
 
 def test_a_follower_is_due_for_a_whole_batch_unless_paused() -> None:
