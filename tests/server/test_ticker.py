@@ -23,18 +23,13 @@ from nvdash.apps.context import AppContext
 from nvdash.live.follow import Follower, follow, pause_toggle
 from nvdash.live.ticker import Ticker, tickers
 from nvdash.live.visibility import hidden_flag
-from nvdash.sampling.records import HostInfo, HostSample, Inventory, Snapshot
+from nvdash.sampling.records import HostInfo, Inventory, Snapshot
 from nvdash.store import Store
 from tests.conftest import free_port, wait_for
 from tests.server.bokeh_viewer import receive_until
+from tests.unit.test_follower import _append as append
 
 BATCH = 2
-
-
-def append(store: Store, count: int) -> None:
-    for _ in range(count):
-        seq = store.last_seq + 1
-        store.append(Snapshot(time_s=float(seq), gpus=(), host=HostSample(cpu_pct=float(seq))))
 
 
 class Pages:
