@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nvdash.sampling.share_records import UnitShares
 from nvdash.sampling.usage_records import Usage
 
 
@@ -236,6 +237,9 @@ class Snapshot:
     usage: Usage | None = None
     """Who uses the GPUs (processes, pods, MIG), read at its own slower cadence; the latest is carried in every
     snapshot. ``None`` before the first reading or when process collection is off."""
+    shares: tuple[UnitShares, ...] = ()
+    """How each GPU (or MIG instance) divides among the pods, containers and processes on it, as of this snapshot
+    (SM shares from the latest process reading, energy counted up to this snapshot); empty without usage."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,16 @@ from dataclasses import dataclass
 PROCESS_KINDS = ("compute", "graphics", "mps")
 """How a process uses a GPU, as NVML lists it: ``*ComputeRunningProcesses``, ``*GraphicsRunningProcesses``,
 ``*MPSComputeRunningProcesses`` (a client of the MPS server)."""
-SHARING_KINDS = ("whole", "mig", "shared", "vgpu")
-"""What a pod was given: a whole GPU (pGPU), a MIG instance, a time-sliced or MPS share, or a vGPU slice."""
+SHARING_KINDS = ("whole", "mig", "shared", "mps", "vgpu")
+"""What a pod was given: a whole GPU (pGPU), a MIG instance, a time-sliced replica (``shared``), a replica of a GPU
+run by an MPS server (``mps``: the device plugin names it like a time-sliced replica; NVML lists its processes as MPS
+clients), or a vGPU slice with quotas (GPU-Manager, HAMi, KubeVirt's GRID types)."""
+GRANT_SCHEMES = ("gpu-manager", "hami", "mps")
+"""Who set a quota: GPU-Manager (``tencent.com/vcuda-*``), HAMi (``nvidia.com/gpumem``, ``gpucores``), or an MPS
+client's own limits (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``)."""
+GRANT_SOURCES = ("pod-resources", "environment")
+"""Where nvdash read a quota: the kubelet's pod-resources answer, or the process environment (``/proc/PID/environ``,
+only the quota variables are read)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +58,48 @@ class HostProcess:
     started_s: float | None = None
     """Start time, seconds since the epoch."""
     cgroup: CgroupIdentity = CgroupIdentity()
+    limits: ProcessLimits | None = None
+    """The quota variables of its environment; ``None`` when the environment could not be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessLimits:
+    """The GPU quota variables a process's environment sets (all ``None``/empty: it sets none).
+
+    Device-keyed values are by the CUDA device ordinal the process sees (0 is its first visible GPU);
+    ``visible_devices`` says which GPUs those are when the environment names them.
+    """
+
+    mps_thread_pct: float | None = None
+    """``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``: the part of the SMs an MPS client may use, 0-100."""
+    mps_pinned_memory_bytes: tuple[tuple[int, int], ...] = ()
+    """``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (e.g. ``0=1G,1=512M``): (ordinal, bytes) pairs."""
+    hami_memory_bytes: tuple[tuple[int, int], ...] = ()
+    """HAMi's ``CUDA_DEVICE_MEMORY_LIMIT_<n>`` (or ``CUDA_DEVICE_MEMORY_LIMIT`` for all): (ordinal, bytes) pairs."""
+    hami_core_pct: float | None = None
+    """HAMi's ``CUDA_DEVICE_SM_LIMIT``: the part of each GPU's compute the container may use, 0-100."""
+    visible_devices: tuple[str, ...] = ()
+    """``NVIDIA_VISIBLE_DEVICES`` or ``CUDA_VISIBLE_DEVICES`` when they name UUIDs, in ordinal order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A quota a container was granted on a GPU: a vGPU slice (GPU-Manager, HAMi) or an MPS client's limits."""
+
+    namespace: str
+    pod: str
+    container: str
+    scheme: str
+    """One of :data:`GRANT_SCHEMES`."""
+    source: str
+    """One of :data:`GRANT_SOURCES`."""
+    gpu_uuid: str | None = None
+    """The GPU the quota is on; ``None`` when the grant does not name it (GPU-Manager's vcuda devices)."""
+    core_pct: float | None = None
+    """Compute granted, in percent of one GPU (``tencent.com/vcuda-core`` 50: 50 %; HAMi ``gpucores``; an MPS
+    client's active thread percentage); ``None``: no compute quota."""
+    memory_bytes: int | None = None
+    """Memory granted (``tencent.com/vcuda-memory`` x 256 MiB; HAMi ``gpumem`` MiB; MPS pinned memory limit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +210,8 @@ class Usage:
     gpus: tuple[GpuUsage, ...] = ()
     processes: tuple[GpuProcess, ...] = ()
     pods: PodResources = PodResources()
+    grants: tuple[Grant, ...] = ()
+    """The quotas known for the pods' containers, from the kubelet and the process environments."""
 
     def idle_allocations(self) -> tuple[PodDevice, ...]:
         """Devices allocated to a pod on which that pod runs no process now ("allocated, idle").
