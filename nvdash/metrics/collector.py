@@ -13,6 +13,9 @@ Series, as dcgm-exporter writes them:
   the :data:`~nvdash.metrics.fields.POD_FAMILIES`;
 - with processes on (``--metrics-processes``), the :data:`~nvdash.metrics.fields.PROCESS_FAMILIES`, one series per
   process on a GPU or instance;
+- whenever the snapshot's shares name pods, the :data:`~nvdash.metrics.fields.POD_SHARE_FAMILIES`: one series per
+  pod's container and GPU or instance, its part of the device's SM time, memory, power and energy (not the device's
+  value repeated), and the :data:`~nvdash.metrics.fields.UNATTRIBUTED_FAMILIES` per device: what no owner explains;
 - with an accountant (a live server, not a replay), the :data:`~nvdash.metrics.fields.ACCOUNTING_FAMILIES`, one
   series per GPU: ``nvdash_gpu_allocated_idle_seconds``;
 - with the job label on (``--metrics-job-label``), every series of a GPU or instance also carries :data:`JOB_LABEL`
@@ -39,12 +42,16 @@ from nvdash.metrics.fields import (
     FIELDS,
     MIG_FIELDS,
     POD_FAMILIES,
+    POD_SHARE_FAMILIES,
     PROCESS_FAMILIES,
+    SHARE_FAMILIES,
+    UNATTRIBUTED_FAMILIES,
     GpuView,
     MigView,
 )
 from nvdash.metrics.xid_names import xid_err_msg
 from nvdash.sampling.records import GpuEvent, GpuInfo, Snapshot
+from nvdash.sampling.share_records import UnitShares
 from nvdash.sampling.usage_records import GpuProcess, MigInstance, PodDevice, Usage
 from nvdash.store import Store
 
@@ -71,6 +78,8 @@ XID_FAMILY = "DCGM_FI_DEV_XID_ERRORS"
 ALLOCATED_FAMILY, IDLE_FAMILY = POD_FAMILIES
 MEMORY_FAMILY, SM_FAMILY = PROCESS_FAMILIES
 (IDLE_SECONDS_FAMILY,) = ACCOUNTING_FAMILIES
+POD_SM_FAMILY, POD_MEMORY_FAMILY, POD_POWER_FAMILY, POD_ENERGY_FAMILY = POD_SHARE_FAMILIES
+UNATTRIBUTED_SM_FAMILY, UNATTRIBUTED_POWER_FAMILY, UNATTRIBUTED_ENERGY_FAMILY = UNATTRIBUTED_FAMILIES
 JOB_LABEL = "hpc_job"
 """The owner label of ``--metrics-job-label``: dcgm-exporter's name for the job its HPC job mapping finds for a GPU
 (``hpcJobAttribute`` in its ``internal/pkg/transformation/const.go``)."""
@@ -78,6 +87,10 @@ JOB_KINDS = ("slurm", "pod")
 """The owners the job label names, in order of preference: Slurm jobs, else pods (``namespace/pod``)."""
 
 Labels = dict[str, str]
+
+
+def _ratio(pct: float | None) -> float | None:
+    return None if pct is None else pct / 100.0
 
 
 def unknown_fields(counters: Sequence[Counter]) -> list[str]:
@@ -184,6 +197,8 @@ class _Scrape:
     lost: set[str] = field(default_factory=set)
     """UUIDs of the GPUs that stopped answering."""
     usage: Usage | None = None
+    shares: tuple[UnitShares, ...] = ()
+    """How each GPU or instance divides among its owners (the snapshot's)."""
     idle_s: dict[int, float] | None = None
     """With an accountant: GPU index -> seconds its longest-idle flagged allocation has been idle."""
 
@@ -223,6 +238,8 @@ class StoreCollector:
 
     def _family(self, counter: Counter) -> Metric:
         kind = counter.kind
+        if kind == "counter" and self.openmetrics and counter.name.endswith("_total"):
+            return Metric(counter.name.removesuffix("_total"), counter.help, kind)  # samples keep the _total name
         if kind == "counter" and self.openmetrics:
             # OpenMetrics wants counters' samples named *_total; dcgm-exporter's names have none, and renaming them
             # would break the dashboards and rules written for them: declare them untyped there.
@@ -264,6 +281,7 @@ class StoreCollector:
         infos = {info.index: info for info in self.store.inventory.gpus}
         xids = last_xids(self.store.events())
         usage = scrape.usage = snapshot.usage
+        scrape.shares = snapshot.shares
         allocations = self._allocations(usage)
         if self.accountant is not None:
             scrape.idle_s = idle_seconds(self.accountant)
@@ -322,8 +340,13 @@ class StoreCollector:
         scrape = self._scrape(self._fresh(newest))
         pods: dict[str, Metric] | None = None
         processes: dict[str, Metric] | None = None
+        shares: dict[str, Metric] | None = None
         for counter in self.counters:
             name = counter.name
+            if name in SHARE_FAMILIES:
+                shares = shares if shares is not None else self._share_families(scrape)
+                yield self._filled(counter, shares[name])
+                continue
             if name in POD_FAMILIES:
                 if self.options.pods:
                     pods = pods if pods is not None else self._pod_families(scrape)
@@ -450,3 +473,39 @@ class StoreCollector:
             if process.sm_pct is not None:
                 sm.add_sample(SM_FAMILY, labels, process.sm_pct / 100.0)
         return {MEMORY_FAMILY: memory, SM_FAMILY: sm}
+
+    def _share_families(self, scrape: _Scrape) -> dict[str, Metric]:
+        """Per pod's container and device, its SM share (0-1), memory, power and energy; per device, what no owner
+        explains. Owners that are not pods get no series (their work stays in the device's own series)."""
+        families = {name: Metric(name, "", "gauge") for name in SHARE_FAMILIES}
+        pod_values: dict[tuple[int, str, str, str, str], tuple[Labels, dict[str, float]]] = {}
+        unattributed: dict[int, tuple[Labels, dict[str, float]]] = {}
+        for unit in scrape.shares:
+            base = scrape.devices.get(unit.unit)
+            if base is None or unit.gpu_uuid in scrape.lost:
+                continue
+            for share in unit.owners:
+                owner = share.owner
+                if owner.kind != "pod":
+                    continue
+                namespace, pod, container = owner.namespace or "", owner.pod or "", owner.container or ""
+                key = (id(base), namespace, pod, container, unit.sharing)
+                labels, values = pod_values.setdefault(key, ({
+                    **base, "namespace": namespace, "pod": pod, "container": container, "sharing": unit.sharing},
+                    {}))
+                readings = {POD_SM_FAMILY: _ratio(share.sm_pct),
+                            POD_MEMORY_FAMILY: None if share.memory_bytes is None else float(share.memory_bytes),
+                            POD_POWER_FAMILY: share.power_w, POD_ENERGY_FAMILY: share.energy_j}
+                for name, value in readings.items():
+                    if value is not None:  # two compute instances of one GPU instance: one series, added up
+                        values[name] = values.get(name, 0.0) + value
+            device = unattributed.setdefault(id(base), (base, {}))[1]
+            for name, value in ((UNATTRIBUTED_SM_FAMILY, _ratio(unit.unattributed_sm_pct)),
+                                (UNATTRIBUTED_POWER_FAMILY, unit.unattributed_power_w),
+                                (UNATTRIBUTED_ENERGY_FAMILY, unit.unattributed_energy_j)):
+                if value is not None:
+                    device[name] = device.get(name, 0.0) + value
+        for labels, values in (*pod_values.values(), *unattributed.values()):
+            for name, value in values.items():
+                families[name].add_sample(name, labels, value)
+        return families

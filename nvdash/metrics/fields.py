@@ -4,7 +4,7 @@ in base units for the readings DCGM has no name for.
 Each field reads one GPU's newest sample (with its inventory entry and its last XID); ``None`` leaves the GPU's
 series out of that scrape, as dcgm-exporter does for a field a GPU does not support. :data:`MIG_FIELDS` read one
 GPU instance of a GPU in MIG mode; the pod and process families are built by the collector from the usage reading,
-the accounting families from the accountant.
+the share families from the snapshot's shares, the accounting families from the accountant.
 """
 
 from __future__ import annotations
@@ -234,5 +234,13 @@ PROCESS_FAMILIES = ("nvdash_process_gpu_memory_bytes", "nvdash_process_sm_utiliz
 """With ``--metrics-processes``: one series per process on a GPU or MIG instance."""
 ACCOUNTING_FAMILIES = ("nvdash_gpu_allocated_idle_seconds",)
 """From the accountant (a live server, not a replay): one series per GPU."""
-FAMILIES = frozenset((*FIELDS, *POD_FAMILIES, *PROCESS_FAMILIES, *ACCOUNTING_FAMILIES))
+POD_SHARE_FAMILIES = ("nvdash_pod_gpu_sm_share_ratio", "nvdash_pod_gpu_memory_bytes", "nvdash_pod_gpu_power_watts",
+                      "nvdash_pod_gpu_energy_joules_total")
+"""From the snapshot's shares, whenever they name pods (no option needed): one series per pod's container and GPU
+(or MIG instance) it runs on, with the device's labels plus ``namespace``, ``pod``, ``container`` and ``sharing``."""
+UNATTRIBUTED_FAMILIES = ("nvdash_gpu_unattributed_sm_ratio", "nvdash_gpu_unattributed_power_watts",
+                         "nvdash_gpu_unattributed_energy_joules_total")
+"""From the snapshot's shares: one series per GPU (or MIG instance) with shares, the device's labels only."""
+SHARE_FAMILIES = (*POD_SHARE_FAMILIES, *UNATTRIBUTED_FAMILIES)
+FAMILIES = frozenset((*FIELDS, *POD_FAMILIES, *PROCESS_FAMILIES, *ACCOUNTING_FAMILIES, *SHARE_FAMILIES))
 """Every family name nvdash can export."""
