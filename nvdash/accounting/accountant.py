@@ -67,7 +67,8 @@ class Accountant:
         """Count the interval ``snapshot`` closes; returns its shares."""
         self._refresh_mapping(snapshot.usage)
         self._usage = snapshot.usage
-        shares = attribute(snapshot.gpus, self._uuids, snapshot.usage, self._mapping, self._names)
+        shares = attribute(snapshot.gpus, self._uuids, snapshot.usage, self._mapping, self._names,
+                           unit_shares=snapshot.shares)
         with self._lock:
             self._ledger.step(snapshot.time_s, snapshot.gpus, shares)
             self._idle.step(snapshot.time_s, shares)

@@ -10,7 +10,16 @@ instance of one slice in a 3-slice GPU instance: 1/7). A unit's owners are, firs
 each gets an equal part of the unit. A unit nothing allocated is owned by the processes on it, grouped by their
 owner (Slurm job from the cgroup, pod, container, else the user), each group's part in proportion to the GPU
 memory its processes hold (equal parts when NVML cannot say). A unit with neither is not owned: its time is
-unallocated. Users are names (``uid 1234`` when the system cannot name the UID); the project is the pod's
+unallocated.
+
+A unit the sampler measured as shared (:class:`~nvdash.sampling.share_records.UnitShares`: several owners, or given
+out time-sliced, through MPS or as vGPU slices) and busy over its window is shared out by what each owner used: an
+owner's part is its ``fraction`` of the unit (its SM time over the unit's utilization), so its GPU-seconds and
+energy are its share, not the whole GPU's. The part no owner's samples explain is owned by no one: like a unit
+nothing holds, it is unallocated (it appears in no owner's row; owners plus unallocated add up to the GPU). Allocated
+owners that used nothing in the window keep a share of 0 (their idleness is still followed). A shared unit idle over
+its window (utilization 0 or unknown) keeps the equal parts above, so an allocation that is held but idle still
+counts as waste. Users are names (``uid 1234`` when the system cannot name the UID); the project is the pod's
 namespace, else the user's primary group.
 """
 
@@ -24,6 +33,7 @@ from typing import Protocol
 
 from nvdash.sampling.job_mapping import JobMapping, MappedJob
 from nvdash.sampling.records import GpuSample
+from nvdash.sampling.share_records import OwnerShare, ShareOwner, UnitShares
 from nvdash.sampling.usage_records import GpuProcess, GpuUsage, MigInstance, Usage
 from nvdash.sampling.user_names import system_group_of, system_user
 
@@ -215,12 +225,67 @@ def _allocated_owners(unit: _Unit, usage: Usage | None, mapping: JobMapping | No
             for (namespace, pod), mine in sorted(pods.items())]
 
 
-def _shares_of(unit: _Unit, usage: Usage | None, mapping: JobMapping | None, names: Names) -> list[Share]:
+SHARED_KINDS = frozenset(("shared", "mps", "vgpu"))
+"""Ways of giving a unit out by which its owners divide it by use, not by allocation."""
+
+
+def measured_split(unit_shares: UnitShares | None) -> bool:
+    """Whether a unit's time is divided by its owners' measured use: shared (several owners, or a shared kind),
+    measured, and busy over the window."""
+    if unit_shares is None or not unit_shares.measured or not unit_shares.utilization_pct:
+        return False
+    return len(unit_shares.owners) > 1 or unit_shares.sharing in SHARED_KINDS
+
+
+def _owner_of_share(owner: ShareOwner, on_unit: list[GpuProcess], names: Names) -> tuple[Owner, list[GpuProcess]]:
+    """The accounting owner of a share's owner, with its processes on the unit."""
+    if owner.kind == "pod":
+        mine = [p for p in on_unit if (p.pod_namespace, p.pod_name) == (owner.namespace, owner.pod)]
+        namespace = owner.namespace or ""
+        return Owner("pod", f"{namespace}/{owner.pod or ''}", _common_user(mine), namespace), mine
+    if owner.kind == "container":
+        mine = [p for p in on_unit if p.host is not None and p.host.cgroup.container_id is not None
+                and p.host.cgroup.container_id[:12] == owner.container]
+        fallback = Owner("container", owner.container or UNKNOWN, UNKNOWN, UNKNOWN)
+    else:
+        mine = [p for p in on_unit if p.pid == owner.pid]
+        fallback = Owner("user", UNKNOWN, UNKNOWN, UNKNOWN)
+    return (process_owner(mine[0], names) if mine else fallback), mine
+
+
+def _measured_parts(unit_shares: UnitShares, allocated: list[tuple[Owner, list[GpuProcess]]],
+                    on_unit: list[GpuProcess], names: Names) -> list[tuple[Owner, float, int | None, int, bool]]:
+    """Each owner's part of a measured shared unit: the sum of its share owners' fractions (an allocated owner that
+    used nothing: 0); what no owner explains is left out (unallocated)."""
+    known = {(owner.kind, owner.job): owner for owner, _ in allocated}
+    parts: dict[Owner, tuple[float, int | None, int]] = {owner: (0.0, 0, len(mine)) for owner, mine in allocated}
+    counted: dict[Owner, list[OwnerShare]] = {}
+    for share in unit_shares.owners:
+        owner, _ = _owner_of_share(share.owner, on_unit, names)
+        owner = known.get((owner.kind, owner.job), owner)
+        counted.setdefault(owner, []).append(share)
+    for owner, shares in counted.items():
+        memories = [share.memory_bytes for share in shares]
+        memory = None if any(m is None for m in memories) else sum(m or 0 for m in memories)
+        parts[owner] = (sum(share.fraction or 0.0 for share in shares), memory,
+                        sum(share.processes for share in shares))
+    allocated_owners = set(known.values())
+    return [(owner, part, memory if owner in counted else None, count, owner in allocated_owners)
+            for owner, (part, memory, count) in sorted(parts.items())]
+
+
+def _shares_of(unit: _Unit, usage: Usage | None, mapping: JobMapping | None, names: Names,
+               unit_shares: UnitShares | None = None) -> list[Share]:
     processes = usage.processes if usage is not None else ()
     on_unit = [p for p in processes if p.gpu_index == unit.gpu.index and (
         p.mig_uuid == unit.uuid if unit.instance is not None else True)]
     utilization, sm_active = _unit_activity(unit)
     allocated = _allocated_owners(unit, usage, mapping, on_unit, names)
+    if unit_shares is not None and measured_split(unit_shares):
+        return [Share(unit.gpu.index, unit.uuid, unit.fraction * part, owner, memory, utilization, sm_active,
+                      allocated=is_allocated, processes=count)
+                for owner, part, memory, count, is_allocated in _measured_parts(unit_shares, allocated,
+                                                                                on_unit, names)]
     parts: list[tuple[Owner, float, int | None, int]] = []
     if allocated:
         part = 1.0 / len(allocated)
@@ -247,12 +312,15 @@ def _shares_of(unit: _Unit, usage: Usage | None, mapping: JobMapping | None, nam
 
 
 def attribute(gpus: Sequence[GpuSample], uuids: dict[int, str], usage: Usage | None,
-              mapping: JobMapping | None = None, names: Names | None = None) -> list[Share]:
+              mapping: JobMapping | None = None, names: Names | None = None, *,
+              unit_shares: Sequence[UnitShares] = ()) -> list[Share]:
     """The owned shares of each GPU at one moment; a GPU (or its part) no one owns has no share.
 
-    ``uuids`` maps GPU index to UUID (the inventory's); a lost GPU has no share.
+    ``uuids`` maps GPU index to UUID (the inventory's); a lost GPU has no share. ``unit_shares`` (the snapshot's
+    measured shares; none: allocation alone decides) divide a shared, busy unit by its owners' use.
     """
     resolved: Names = names if names is not None else SystemNames()
+    measured = {shares.unit: shares for shares in unit_shares}
     by_index = {gpu.index: gpu for gpu in usage.gpus} if usage is not None else {}
     shares: list[Share] = []
     for sample in gpus:
@@ -260,5 +328,5 @@ def attribute(gpus: Sequence[GpuSample], uuids: dict[int, str], usage: Usage | N
         if sample.lost or uuid is None:
             continue
         for unit in _units(sample, uuid, by_index.get(sample.index)):
-            shares.extend(_shares_of(unit, usage, mapping, resolved))
+            shares.extend(_shares_of(unit, usage, mapping, resolved, measured.get(unit.uuid)))
     return shares

@@ -175,6 +175,8 @@ class Ledger:
                            "thermal_s": interval_violation_s(thermal_before, thermal, seconds)}
         hour = hour_of(time_s)
         for share in shares:
+            if share.fraction <= 0.0:
+                continue  # an allocated owner that used none of a shared unit: nothing to count
             key = (share.owner, share.gpu_index, hour)
             tally = self.tallies.get(key)
             if tally is None:
