@@ -1,4 +1,5 @@
-"""``/api/processes.json``: who uses each GPU (processes, containers, pods, MIG instances, idle allocations).
+"""``/api/processes.json``: who uses each GPU (processes, containers, pods, MIG instances, idle allocations), and how
+each GPU or MIG instance divides among them (``shares``, see :mod:`nvdash.server.shares_json`).
 
 Values come from the store's latest snapshot, units in the names; ``null`` means unknown or not reported.
 """
@@ -9,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from nvdash.sampling.usage_records import GpuProcess, GpuUsage, MigInstance, Usage
+from nvdash.server.shares_json import shares_json
 from nvdash.store import Store
 
 
@@ -85,6 +87,7 @@ def processes_json(store: Store) -> dict[str, Any]:
             "gpus": [],
             "processes": [],
             "allocations": [],
+            "shares": [],
         }
     idle = set(usage.idle_allocations())
     return {
@@ -116,4 +119,5 @@ def processes_json(store: Store) -> dict[str, Any]:
             }
             for device in usage.pods.devices
         ],
+        "shares": shares_json(latest.shares if latest is not None else ()),
     }
