@@ -80,8 +80,13 @@ SEEN_QUERY = (f"group by ({', '.join(HOST_LABELS)}, gpu, UUID, modelName) ("
                             for name in (*names("DCGM_FI_DEV_GPU_TEMP"), "nvdash_gpu_lost")) + ")")
 """Every GPU of the last hour (a node exporting both namings is one GPU per node and index in the model)."""
 ALLOCATED_QUERY = "nvdash_pod_gpu_allocated"
+POD_SM_SHARE = "nvdash_pod_gpu_sm_share_ratio"
+POD_MEMORY = "nvdash_pod_gpu_memory_bytes"
 POD_VALUES_QUERY = ('{__name__=~"' + _either(("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED",
-                                              "DCGM_FI_PROF_GR_ENGINE_ACTIVE")) + '", pod!=""}')
+                                              "DCGM_FI_PROF_GR_ENGINE_ACTIVE", POD_SM_SHARE, POD_MEMORY))
+                    + '", pod!=""}')
+"""The pods' device readings (the device's value repeated per pod, with ``--metrics-pods``) and, where the node
+exports them, each pod's own share of the device's SM time and the memory its processes hold."""
 IDLE_WINDOW = "30m"
 IDLE_QUERY = " or ".join((f"min_over_time(nvdash_pod_gpu_idle[{IDLE_WINDOW}]) == 1",
                           *(f'max_over_time({name}{{pod!=""}}[{IDLE_WINDOW}]) == 0'
@@ -147,8 +152,16 @@ class ClusterPod:
     utilization_pct: float | None = None
     """The device's utilization (for a MIG instance its graphics-engine activity), 0-100."""
     memory_used_bytes: float | None = None
+    """The device's used memory (all its pods' and the driver's)."""
     idle: bool = False
     """Idle at every scrape of the last 30 minutes: no process of the pod on the device, or 0 % utilization."""
+    sm_share_pct: float | None = None
+    """The pod's own share of the device's SM time, 0-100 (``nvdash_pod_gpu_sm_share_ratio``: its processes' SM
+    time from NVML's per-process samples; a pod's shares on one device never add up to more than
+    ``utilization_pct``); ``None`` where the node exports no shares."""
+    pod_memory_bytes: float | None = None
+    """GPU memory the pod's container's processes hold on the device (``nvdash_pod_gpu_memory_bytes``); ``None``
+    where the node exports no shares."""
 
     @property
     def device(self) -> str:
@@ -316,7 +329,8 @@ def _pod_key(labels: Mapping[str, str]) -> PodKey:
 def build_pods(allocated: Iterable[Mapping[str, str]], values: Iterable[tuple[Mapping[str, str], float]],
                idle: Iterable[tuple[Mapping[str, str], float]]) -> tuple[ClusterPod, ...]:
     """One row per pod allocation (once, though two exporters of one node, under either naming, list it), with its
-    device's utilization and memory and whether it sat idle."""
+    device's utilization and memory, its own share of the device and memory where the node exports them, and
+    whether it sat idle."""
     readings: dict[PodKey, dict[str, float]] = {}
     for labels, number in values:
         family, value = reading(labels.get("__name__", ""), number)
@@ -335,12 +349,14 @@ def build_pods(allocated: Iterable[Mapping[str, str]], values: Iterable[tuple[Ma
         if util is None and "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in found:
             util = found["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] * 100.0
         used = found.get("DCGM_FI_DEV_FB_USED")
+        share = _float(found.get(POD_SM_SHARE))
         rows.append(ClusterPod(
             hostname=key[0], namespace=key[1], pod=key[2], container=key[3], gpu=gpu,
             uuid=labels.get("UUID", ""), resource=labels.get("resource", ""), sharing=labels.get("sharing", ""),
             mig_profile=labels.get("GPU_I_PROFILE", ""), mig_instance=labels.get("GPU_I_ID", ""),
             utilization_pct=_float(util), memory_used_bytes=_bytes(used),
             idle=key in idle_keys,
+            sm_share_pct=None if share is None else share * 100.0, pod_memory_bytes=_float(found.get(POD_MEMORY)),
         ))
     return tuple(sorted(rows, key=lambda row: (row.namespace, row.pod, row.container, row.hostname, row.gpu,
                                                row.mig_instance)))

@@ -315,3 +315,33 @@ def test_range_points_become_bucket_series_with_gaps() -> None:
     assert list(series.mean[[0, 1, 2, 4]]) == [1.0, 2.0, 3.0, 4.0]
     assert math.isnan(series.minimum[-1])  # no minimum at that time
     assert series.maximum[-1] == 5.0
+
+
+def test_a_pod_on_a_shared_gpu_gets_its_own_share_and_memory_where_the_node_exports_them() -> None:
+    assert "nvdash_pod_gpu_sm_share_ratio" in POD_VALUES_QUERY
+    assert "nvdash_pod_gpu_memory_bytes" in POD_VALUES_QUERY
+    serve = [{"namespace": "prod", "pod": f"serve-{n}", "container": "server"} for n in range(3)]
+    allocated = [labels("node-a", 2, "nvdash_pod_gpu_allocated", resource="nvidia.com/gpu.shared", sharing="shared",
+                        **pod) for pod in serve]
+    values = [(labels("node-a", 2, "DCGM_FI_DEV_GPU_UTIL", **pod), 90.0) for pod in serve]  # repeated per pod
+    values += [(labels("node-a", 2, "nvdash_pod_gpu_sm_share_ratio", sharing="shared", **pod), ratio)
+               for pod, ratio in zip(serve[:2], (0.45, 0.27), strict=True)]
+    values += [(labels("node-a", 2, "nvdash_pod_gpu_memory_bytes", sharing="shared", **pod), mib * MIB)
+               for pod, mib in zip(serve[:2], (4000, 2000), strict=True)]
+    rows = {row.pod: row for row in build_pods(allocated, values, [])}
+    assert [(rows[pod].utilization_pct, rows[pod].sm_share_pct, rows[pod].pod_memory_bytes)
+            for pod in ("serve-0", "serve-1", "serve-2")] == [
+        (90.0, 45.0, 4000 * MIB), (90.0, 27.0, 2000 * MIB), (90.0, None, None)]  # serve-2's node has no shares
+
+
+def test_a_mig_pods_share_is_read_from_its_instances_series() -> None:
+    pod = {"namespace": "research", "pod": "finetune", "container": "main"}
+    allocated = [labels("node-c", 0, "nvdash_pod_gpu_allocated", resource="nvidia.com/mig-3g.20gb", sharing="mig",
+                        GPU_I_PROFILE="3g.20gb", GPU_I_ID="1", **pod)]
+    values = [(labels("node-c", 0, "nvdash_pod_gpu_sm_share_ratio", GPU_I_PROFILE="3g.20gb", GPU_I_ID="1", **pod),
+               0.5),
+              (labels("node-c", 0, "nvdash_pod_gpu_sm_share_ratio", GPU_I_PROFILE="1g.5gb", GPU_I_ID="13", **pod),
+               0.9)]  # another instance's series: not this allocation's
+    (row,) = build_pods(allocated, values, [])
+    assert row.sm_share_pct == 50.0
+    assert row.pod_memory_bytes is None
