@@ -144,3 +144,18 @@ def test_without_gpm_instances_stay_unreported_and_nvml_is_not_asked_again(
         assert len(usage.instances) == 4
         assert [i.sm_active_pct for i in usage.instances] == [None] * 4
     assert fake.call_counts().get("nvmlGpmMigSampleGet", 0) <= 1
+
+
+def test_samples_of_instances_that_went_away_are_freed(
+    h100_mig: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock
+) -> None:
+    source, fake = h100_mig
+    source.open()
+    for t in (20.0, 22.0):
+        clock.at(t)
+        source.read_usage(timeout_s=10.0)
+    assert fake.call_counts().get("nvmlGpmSampleFree", 0) == 0
+    fake.set_mig_mode(0, False)
+    clock.at(24.0)
+    assert source.read_usage(timeout_s=10.0)[0].gpu.instances == ()
+    assert fake.call_counts()["nvmlGpmSampleFree"] == 2 * len(BUSY)
