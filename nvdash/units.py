@@ -66,3 +66,21 @@ def format_rate_of(value: float | None, maximum: float | None, *, maximum_name: 
     return f"{format_rate(value)} of {format_rate(maximum)}{name} ({100.0 * value / maximum:.0f} %)"
 
 
+
+
+ENERGY_UNITS = ("J", "kJ", "MJ", "GJ")
+
+
+def format_energy(joules: float | None) -> str:
+    """Energy with decimal prefixes of the joule: ``512 J``, ``3.6 kJ``, ``1.2 MJ``; ``n/a`` when unknown."""
+    if joules is None or not is_known(joules):
+        return "n/a"
+    scaled, unit = _scaled(float(joules), 1000, ENERGY_UNITS)
+    return f"{scaled:.0f} {unit}" if unit == ENERGY_UNITS[0] else f"{scaled:.1f} {unit}"
+
+
+def format_power(watts: float | None) -> str:
+    """Power in watts: ``123.4 W``; ``n/a`` when unknown."""
+    if watts is None or not is_known(watts):
+        return "n/a"
+    return f"{watts:.1f} W"

@@ -1,6 +1,6 @@
 """GPU Processes: who uses the GPUs. A sortable, filterable table of the processes on each GPU (with their user,
-container, pod and MIG instance), a bar per GPU showing which processes fill its memory, and the pods that hold
-a GPU without running anything on it.
+container, pod and MIG instance), a bar per GPU showing which processes fill its memory, the shares of each GPU's
+work, power and energy by owner (see ``share_table``), and the pods that hold a GPU without running anything on it.
 
 Everything comes from the newest snapshot's ``usage`` (refreshed by the sampler every few seconds); the table is
 rebuilt only when a new usage reading arrives or a filter changes, and filtering happens here, in Python.
@@ -31,6 +31,7 @@ from nvdash.apps.process_bars import bar_categories, refresh, refresh_factors
 from nvdash.apps.process_memory import memory_columns
 from nvdash.apps.process_notes import IDLE_COLUMNS, idle_columns, idle_note, status_html
 from nvdash.apps.process_table import ALL, KEEP_ALL, ProcessFilter, choices, filter_values, table_columns
+from nvdash.apps.share_table import share_columns, share_table_columns
 from nvdash.apps.theme import apply_theme
 from nvdash.live.follow import follow, latest, pause_toggle, refresh_batch
 from nvdash.live.stages import Later
@@ -166,6 +167,13 @@ class ProcessesView:
         self.dark = dark
         self.memory: figure | None = None
         """Made after the page's frame (:meth:`make_memory`)."""
+        self.share_title = Div(text="<b>Shares</b> "
+                               f'<span style="{_MUTED}">each GPU\'s SM time, memory, power and energy by owner; '
+                               "what no owner explains is unattributed</span>",
+                               sizing_mode="stretch_width", styles=style, name="share-title", visible=False)
+        self.share_source = ColumnDataSource(data=share_columns((), None), name="shares")
+        self.share_table = _table(self.share_source, share_table_columns(), dark, sizing_mode="stretch_width",
+                                  height=table_height(0), name="share-table", visible=False)
         self.idle_title = Div(text="<b>Allocated, idle</b> "
                               f'<span style="{_MUTED}">GPUs given to a pod that runs nothing on them</span>',
                               sizing_mode="stretch_width", styles=style)
@@ -217,10 +225,23 @@ class ProcessesView:
             _set(self.memory, "height", _figure_height(labels["row"]))
         refresh(self.segments, segments)
         refresh(self.labels, labels)
+        self._show_shares(snapshot)
         usage = None if snapshot is None else snapshot.usage
         if usage is not self.usage:
             self.usage = usage
             self._show_usage(usage)
+
+    def _show_shares(self, snapshot: Snapshot | None) -> None:
+        """The shares table of ``snapshot`` (computed once per snapshot for every open page); sent only when it
+        changed (energy grows with every snapshot while a GPU draws power)."""
+        data = self.ticks.latest(("shares",), snapshot, lambda newest: share_columns(
+            () if newest is None else newest.shares, None if newest is None else newest.usage))
+        if data != self.share_source.data:
+            self.share_source.data = {name: list(values) for name, values in data.items()}
+        rows = len(data["owner"])
+        for part in (self.share_title, self.share_table):
+            _set(part, "visible", rows > 0)
+        _set(self.share_table, "height", table_height(rows))
 
     def _show_usage(self, usage: Usage | None) -> None:
         _set(self.status, "text", status_html(usage))
@@ -286,4 +307,5 @@ def build(doc: Document, ctx: AppContext) -> None:
     add_page(doc, TITLE, row(view.status, pause, sizing_mode="stretch_width"), view.controls,
              Later(view.make_table, sizing_mode="stretch_width"),
              Later(view.make_memory, sizing_mode="stretch_width"),
-             view.idle_title, view.idle, view.idle_note, dark=dark, staging=ctx.staging)
+             view.share_title, view.share_table, view.idle_title, view.idle, view.idle_note, dark=dark,
+             staging=ctx.staging)

@@ -11,7 +11,7 @@ from nvdash.apps.process_usage import device_text
 from nvdash.sampling.usage_records import Usage
 
 COLLECTING = "Collecting processes..."
-SHARING_NAMES = {"whole": "whole GPU", "mig": "MIG", "shared": "shared", "vgpu": "vGPU"}
+SHARING_NAMES = {"whole": "whole GPU", "mig": "MIG", "shared": "shared", "mps": "MPS", "vgpu": "vGPU"}
 IDLE_COLUMNS = {"namespace": ("namespace", 120), "pod": ("pod", 180), "container": ("container", 140),
                 "resource": ("resource", 210), "device": ("device", 330), "gpu": ("GPU", 190),
                 "type": ("GPU type", 90)}

@@ -154,13 +154,18 @@ def instance_profile(profile: str) -> str:
 def mig_view(instances: Sequence[MigInstance]) -> MigView:
     """One GPU instance from its MIG devices (one per compute instance; they share the instance's memory)."""
     first = instances[0]
-    activity = [(i.sm_active_pct, i.sm_count or 1) for i in instances if i.sm_active_pct is not None]
-    sm_active = None
-    if len(activity) == len(instances):
-        sm_active = sum(pct * weight for pct, weight in activity) / sum(weight for _, weight in activity)
+
+    def weighted(pick: Callable[[MigInstance], float | None]) -> float | None:
+        activity = [(value, i.sm_count or 1) for i in instances if (value := pick(i)) is not None]
+        if not activity or len(activity) != len(instances):
+            return None
+        return sum(pct * weight for pct, weight in activity) / sum(weight for _, weight in activity)
+
     return MigView(profile=instance_profile(first.profile), gpu_instance_id=first.gpu_instance_id,
                    memory_used_bytes=first.memory_used_bytes, memory_total_bytes=first.memory_total_bytes,
-                   sm_active_pct=sm_active)
+                   sm_active_pct=weighted(lambda i: i.sm_active_pct),
+                   gpm_sm_active_pct=weighted(lambda i: i.gpm_sm_active_pct),
+                   gpm_sm_occupancy_pct=weighted(lambda i: i.gpm_sm_occupancy_pct))
 
 
 @dataclass(frozen=True)

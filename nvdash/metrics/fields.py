@@ -207,6 +207,9 @@ class MigView:
     memory_used_bytes: int | None
     memory_total_bytes: int | None
     sm_active_pct: float | None
+    """The GPU instance's graphics engine activity (GPM), 0-100 %."""
+    gpm_sm_active_pct: float | None = None
+    gpm_sm_occupancy_pct: float | None = None
 
 
 MigReader = Callable[[MigView], float | None]
@@ -223,6 +226,8 @@ MIG_FIELDS: dict[str, MigReader] = {
     "DCGM_FI_DEV_FB_FREE": _mig_free_mib,
     "DCGM_FI_DEV_FB_TOTAL": lambda m: _mib(m.memory_total_bytes),
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": lambda m: _ratio(m.sm_active_pct),
+    "DCGM_FI_PROF_SM_ACTIVE": lambda m: _ratio(m.gpm_sm_active_pct),
+    "DCGM_FI_PROF_SM_OCCUPANCY": lambda m: _ratio(m.gpm_sm_occupancy_pct),
 }
 """The families a GPU instance reads for itself, with one extra series per instance (``GPU_I_PROFILE``,
 ``GPU_I_ID``). Device-wide readings (temperature, power, clocks, errors) stay on the GPU's own series only, so that

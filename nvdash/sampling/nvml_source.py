@@ -325,6 +325,7 @@ class NvmlSource:
             def shutdown() -> None:
                 try:
                     self._reader.close()
+                    self._usage_reader.close()
                     self._caller.call(nvml.nvmlShutdown)
                 except nvml.NVMLError:
                     pass

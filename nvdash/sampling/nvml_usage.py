@@ -8,11 +8,13 @@ idle (NVML only returns processes with non-zero utilization in a sample period).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nvdash.sampling.gpm_mig import MigGpmReader
 from nvdash.sampling.nvml_device import Device, GpuLost, NvmlCaller, text_of
 from nvdash.sampling.usage_records import GpuUsage, MigInstance
 
@@ -88,6 +90,11 @@ class UsageReader:
         self._caller = caller
         self._nvml = caller.nvml
         self._mig_static: dict[str, _MigStatic] = {}
+        self._mig_gpm = MigGpmReader(caller)
+
+    def close(self) -> None:
+        """Free the per-instance GPM sample buffers."""
+        self._mig_gpm.close()
 
     def read(self, device: Device) -> DeviceUsage:
         """The device's usage now; raises ``GpuLost`` when NVML says it is gone."""
@@ -96,7 +103,7 @@ class UsageReader:
         mig_enabled = None if mode is None else bool(mode[0])
         mig_pending = None if mode is None else bool(mode[1])
         handles = self._mig_handles(device) if mig_enabled else []
-        instances = tuple(instance for instance, _ in handles)
+        instances = self._with_activity(device, tuple(instance for instance, _ in handles))
         processes = self._processes(device)
         if processes is None and handles:
             # Without privileges NVML lists no processes for the whole GPU in MIG mode: ask each instance.
@@ -228,6 +235,21 @@ class UsageReader:
                     )
             found.extend(kinds.values())
         return tuple(found) if answered else None
+
+    def _with_activity(self, device: Device, instances: tuple[MigInstance, ...]) -> tuple[MigInstance, ...]:
+        """The instances with their GPU instance's GPM activity filled in where GPM reports it."""
+        activity = self._mig_gpm.read(device, {instance.gpu_instance_id for instance in instances})
+        return tuple(
+            instance
+            if (found := activity.get(instance.gpu_instance_id)) is None
+            else dataclasses.replace(
+                instance,
+                sm_active_pct=found.graphics_active_pct,
+                gpm_sm_active_pct=found.sm_active_pct,
+                gpm_sm_occupancy_pct=found.sm_occupancy_pct,
+            )
+            for instance in instances
+        )
 
     def _mig_handles(self, device: Device) -> list[tuple[MigInstance, Any]]:
         """The MIG devices of a GPU in MIG mode with their handles, static parts learnt once per MIG UUID."""

@@ -182,7 +182,14 @@ class MigInstance:
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
     sm_active_pct: float | None = None
-    """Utilization where NVML or GPM reports it per instance; ``None`` means "not reported"."""
+    """The GPU instance's utilization: its graphics engine activity from GPM (``nvmlGpmMigSampleGet``,
+    ``NVML_GPM_METRIC_GRAPHICS_UTIL``, what DCGM calls ``GR_ENGINE_ACTIVE``), 0-100 %, over the interval since the
+    previous usage reading; compute instances of one GPU instance share it. ``None`` means "not reported" (no GPM:
+    before Hopper, or the first reading)."""
+    gpm_sm_active_pct: float | None = None
+    """The GPU instance's SM activity (``NVML_GPM_METRIC_SM_UTIL``), 0-100 %; ``None``: not reported."""
+    gpm_sm_occupancy_pct: float | None = None
+    """The GPU instance's SM occupancy (``NVML_GPM_METRIC_SM_OCCUPANCY``), 0-100 %; ``None``: not reported."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from . import constants as c
 from .cargs import address_of, as_int, store_address, store_pointer_field, store_string, target
 from .counters import LoadCounters
 from .events import POLL_S, SUPPORTED_EVENT_TYPES, EventHub
-from .gpm import GpmSamples, metric_value
+from .gpm import GpmSamples, metric_value, mig_metric_value
 from .mig import MigLayouts
 from .processes import ProcessTable
 from .profiles import Profile, gpu_uuid
@@ -213,6 +213,7 @@ class FakeDriver:
             "nvmlDeviceGetNvLinkErrorCounter": (self.device_get_nvlink_error_counter, getter),
             "nvmlDeviceGetFieldValues": (self.device_get_field_values, _field_values_latency),
             "nvmlGpmSampleGet": (self.gpm_sample_get, getter),
+            "nvmlGpmMigSampleGet": (self.gpm_mig_sample_get, getter),
         }
         by_handle |= {
             "nvmlDeviceGetEncoderUtilization": (self.device_get_encoder_utilization, getter),
@@ -725,21 +726,45 @@ class FakeDriver:
             return c.NVML_ERROR_NOT_SUPPORTED
         return self.gpm.fill(address_of(sample), call.device, self._t(call.now))
 
+    def gpm_mig_sample_get(self, call: Call, _handle: object, gpu_instance_id: object, sample: object) -> int:
+        """A sample of one GPU instance: NOT_SUPPORTED without GPM, INVALID_ARGUMENT for an id that names no GPU
+        instance of the GPU (or MIG mode off)."""
+        if not self.profile.gpm_supported:
+            return c.NVML_ERROR_NOT_SUPPORTED
+        instance = as_int(gpu_instance_id)
+        if not self.usage.mig.instance_indexes(call.device, instance):
+            return c.NVML_ERROR_INVALID_ARGUMENT
+        return self.gpm.fill(address_of(sample), call.device, self._t(call.now), instance)
+
+    def _instance_sm_shares(self, device: int, gpu_instance: int) -> list[float] | None:
+        """``sm_share`` of each process now running in the GPU instance; None when it no longer exists."""
+        indexes = self.usage.mig.instance_indexes(device, gpu_instance)
+        if not indexes:
+            return None
+        return [spec.sm_share for spec in self.usage.running(device) if spec.mig in indexes]
+
     def gpm_metrics_get(self, _call: Call, metrics_get: object) -> int:
-        """``nvmlGpmMetricsGet_t``: each requested metric over the interval between the two samples."""
+        """``nvmlGpmMetricsGet_t``: each requested metric over the interval between the two samples (of one GPU, or
+        of one GPU instance: see :func:`~nvdash.sampling.fake.gpm.mig_metric_value`)."""
         out = target(metrics_get)
         if out.version != c.NVML_GPM_METRICS_GET_VERSION:
             return c.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         first, second = self.gpm.taken(address_of(out.sample1)), self.gpm.taken(address_of(out.sample2))
         n = out.numMetrics
-        if first is None or second is None or first[0] != second[0] or second[1] <= first[1]:
+        if first is None or second is None or first[:2] != second[:2] or second[2] <= first[2]:
             return c.NVML_ERROR_INVALID_ARGUMENT
         if n > len(out.metrics):
             return c.NVML_ERROR_INVALID_ARGUMENT
-        device, t1, t2 = first[0], first[1], second[1]
+        device, gpu_instance, t1, t2 = first[0], first[1], first[2], second[2]
+        shares = None if gpu_instance is None else self._instance_sm_shares(device, gpu_instance)
+        if gpu_instance is not None and shares is None:
+            return c.NVML_ERROR_INVALID_ARGUMENT
         for i in range(n):
             metric = out.metrics[i]
-            value = metric_value(self.workload, device, metric.metricId, t1, t2)
+            if shares is None:
+                value = metric_value(self.workload, device, metric.metricId, t1, t2)
+            else:
+                value = mig_metric_value(self.workload, device, shares, metric.metricId, t1=t1, t2=t2)
             metric.nvmlReturn = c.NVML_ERROR_NOT_SUPPORTED if value is None else _OK
             metric.value = 0.0 if value is None else value
         return _OK

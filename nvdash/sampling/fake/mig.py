@@ -10,7 +10,7 @@ import ctypes
 import hashlib
 
 from .profiles import Profile
-from .usage_specs import A100_40GB_MIG_PROFILES, MigProfile, MigSpec, validate_layout
+from .usage_specs import MigProfile, MigSpec, mig_profiles, validate_layout
 
 MAX_MIG_DEVICES = 7
 """``nvmlDeviceGetMaxMigDeviceCount`` on A100/H100/B200."""
@@ -26,9 +26,11 @@ class MigLayouts:
     """Per GPU: its MIG mode, its instances, and the handles of their MIG devices and GPU instances."""
 
     def __init__(self, profile: Profile, gpu_uuids: list[str]) -> None:
+        self.profiles = mig_profiles(profile.gpu_name)
+        """The GPU model's MIG profile table."""
         self._configured: dict[int, tuple[MigSpec, ...]] = dict(profile.mig_layout)
         for layout in self._configured.values():
-            validate_layout(layout)
+            validate_layout(layout, self.profiles)
         self._layouts = dict(self._configured)
         self._uuids = gpu_uuids
         self._device_storage: dict[tuple[int, int], ctypes.Array[ctypes.c_char]] = {}
@@ -61,7 +63,7 @@ class MigLayouts:
     def spec(self, gpu: int, index: int) -> tuple[MigSpec, MigProfile]:
         """An instance and its profile."""
         spec = self._layouts[gpu][index]
-        return spec, A100_40GB_MIG_PROFILES[spec.profile]
+        return spec, self.profiles[spec.profile]
 
     def uuid(self, gpu: int, index: int) -> str:
         """The MIG device's UUID."""
@@ -89,6 +91,11 @@ class MigLayouts:
         """(GPU, instance index) of a GPU instance handle (``None`` once MIG is off)."""
         found = self._instances.get(address)
         return found if found is not None and found[0] in self._layouts else None
+
+    def instance_indexes(self, gpu: int, gpu_instance_id: int) -> list[int]:
+        """The instance indexes (one per compute instance) of GPU instance ``gpu_instance_id`` on ``gpu``; empty
+        when there is no such GPU instance (or MIG is off)."""
+        return [index for index, spec in enumerate(self.layout(gpu)) if spec.gpu_instance_id == gpu_instance_id]
 
     def index_of(self, gpu: int, gpu_instance_id: int, compute_instance_id: int) -> int | None:
         """The instance index holding (GI, CI) on ``gpu``."""

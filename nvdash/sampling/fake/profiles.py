@@ -32,6 +32,8 @@ are seconds after the library was created.
 ``a100-pcie-2``: healthy; GPU 1 idle.
 ``a100-mig``: ``a100-pcie-2`` with GPU 0 in MIG mode (3g.20gb, 2g.10gb, two 1g.5gb; the last one empty) and
     both GPUs busy.
+``h100-mig``: two of ``dgx-h100``'s GPUs, healthy; GPU 0 in MIG mode with H100 80GB profiles (3g.40gb, 2g.20gb, two
+    1g.10gb; the last one empty), GPM per GPU instance (``nvmlGpmMigSampleGet``); GPU 1 whole and busy.
 
 Processes (see ``usage_specs``): one training rank per busy GPU holding 97 % of the job's memory (on
 ``dgx-h100`` GPU 5's rank reads 37,100 % SM in every 25th utilization sample); ``dgx-h100`` GPU 6 runs an MPS
@@ -546,6 +548,37 @@ PROFILES["hgx-h100-hpc"] = replace(
     decode_pct=(0.0, 0.0),
     math_mix=(0.55, 0.12, 0.0),
     processes=ranks(range(8)),
+)
+
+
+_H100_MIG_LAYOUT = (
+    MigSpec("3g.40gb", gpu_instance_id=2, placement_start=4),
+    MigSpec("2g.20gb", gpu_instance_id=3, placement_start=0),
+    MigSpec("1g.10gb", gpu_instance_id=9, placement_start=2),
+    MigSpec("1g.10gb", gpu_instance_id=10, placement_start=3),
+)
+"""A valid H100 80GB layout using all 7 compute slices and all 8 memory slices."""
+PROFILES["h100-mig"] = replace(
+    PROFILES["dgx-h100"],
+    name="h100-mig",
+    description="2 x H100 SXM 80GB; GPU 0 in MIG mode (3g.40gb, 2g.20gb, 2 x 1g.10gb) with GPM per instance",
+    gpu_count=2,
+    pci_locations=PROFILES["dgx-h100"].pci_locations[:2],
+    numa_nodes=(0, 0),
+    pcie_switches=(0, 1),
+    gpm_supported=True,
+    idle_gpus=frozenset(),
+    scenario=Scenario(),
+    decode_pct=(0.0, 0.0),
+    mig_layout=((0, _H100_MIG_LAYOUT),),
+    processes=(
+        # Instance work (see fake.gpm): 3g.40gb 0.6 + 0.25 of the job, 2g.20gb 0.5, the first 1g.10gb all of it.
+        ProcessSpec(0, GHOST_PID_BASE + 300, memory_mib=24000, sm_share=0.6, mig=0),
+        ProcessSpec(0, GHOST_PID_BASE + 301, memory_mib=6144, sm_share=0.25, mig=0),
+        ProcessSpec(0, GHOST_PID_BASE + 310, memory_mib=12288, sm_share=0.5, mig=1),
+        ProcessSpec(0, GHOST_PID_BASE + 320, memory_mib=5000, sm_share=1.0, mig=2),
+        *ranks((1,)),
+    ),
 )
 
 

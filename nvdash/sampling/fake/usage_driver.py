@@ -15,7 +15,7 @@ from .cargs import address_of, as_int, store_address, target
 from .mig import MAX_MIG_DEVICES, MigLayouts
 from .processes import ProcessTable
 from .profiles import Profile
-from .usage_specs import A100_40GB_MIG_PROFILES, ProcessSpec
+from .usage_specs import ProcessSpec
 
 _OK = c.NVML_SUCCESS
 _MIB = 1024 * 1024
@@ -243,7 +243,7 @@ class UsageFunctions:
             out.computeInstanceSliceCount = profile.slices
             out.memorySizeMB = profile.memory_mib
             return _OK
-        full = A100_40GB_MIG_PROFILES["7g.40gb"]
+        full = max(self.mig.profiles.values(), key=lambda profile: profile.slices)
         out.multiprocessorCount = self._profile.sm_count
         out.gpuInstanceSliceCount = full.slices if self._profile.mig_capable else 0
         out.computeInstanceSliceCount = full.slices if self._profile.mig_capable else 0

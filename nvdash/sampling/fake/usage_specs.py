@@ -5,8 +5,9 @@ PIDs of the built-in processes start at :data:`GHOST_PID_BASE`, above the larges
 their host PIDs. Tests that need host-visible PIDs start real processes and add them with
 ``FakeNvmlLibrary.add_process``.
 
-MIG profiles follow ``nvidia-smi mig -lgip`` on an A100 40GB: profile name, profile id (``nvmlGpuInstanceInfo_t
-.profileId``), SMs and memory (MiB), and the valid placements (start slice, size in memory slices).
+MIG profiles follow ``nvidia-smi mig -lgip`` on an A100 40GB and on an H100 80GB: profile name, profile id
+(``nvmlGpuInstanceInfo_t.profileId``), SMs and memory (MiB), and the valid placements (start slice, size in memory
+slices). Both GPUs have 7 compute and 8 memory slices, so the placements are the same.
 """
 
 from __future__ import annotations
@@ -42,6 +43,24 @@ A100_40GB_MIG_PROFILES: dict[str, MigProfile] = {
         MigProfile("7g.40gb", 0, 7, 98, 40192, 8, (0,)),
     )
 }
+H100_80GB_MIG_PROFILES: dict[str, MigProfile] = {
+    profile.name: profile
+    for profile in (
+        MigProfile("1g.10gb", 19, 1, 16, 9984, 1, (0, 1, 2, 3, 4, 5, 6)),
+        MigProfile("2g.20gb", 14, 2, 32, 20096, 2, (0, 2, 4)),
+        MigProfile("3g.40gb", 9, 3, 60, 40448, 4, (0, 4)),
+        MigProfile("4g.40gb", 5, 4, 64, 40448, 4, (0,)),
+        MigProfile("7g.80gb", 0, 7, 132, 81152, 8, (0,)),
+    )
+}
+"""H100 80GB HBM3 (SXM5): 9.75, 19.62, 39.50 and 79.25 GiB as ``nvidia-smi mig -lgip`` prints them."""
+
+
+def mig_profiles(gpu_name: str) -> dict[str, MigProfile]:
+    """The MIG profile table of a GPU model, by its product name (an A100 40GB's unless it is an H100)."""
+    return H100_80GB_MIG_PROFILES if "H100" in gpu_name else A100_40GB_MIG_PROFILES
+
+
 MIG_MEMORY_SLICES = 8
 MIG_EMPTY_INSTANCE_MIB = 13
 """What an instance with no process reports as used (its own context), as nvidia-smi shows it."""
