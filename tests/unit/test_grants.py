@@ -32,7 +32,8 @@ def client(tmp_path: Path) -> Iterator[PodResourcesClient]:
 
 def vcuda(cores: int, memory_units: int, start: int = 0) -> dict[str, list[str]]:
     return {"tencent.com/vcuda-core": [f"tencent.com/vcuda-core-{start + i}" for i in range(cores)],
-            "tencent.com/vcuda-memory": [f"tencent.com/vcuda-memory-268435456-{start + i}" for i in range(memory_units)]}
+            "tencent.com/vcuda-memory": [f"tencent.com/vcuda-memory-268435456-{start + i}"
+                                         for i in range(memory_units)]}
 
 
 def test_gpu_manager_amounts_are_the_counts_of_device_ids(tmp_path: Path, api_dir: Path,
