@@ -40,9 +40,11 @@ from nvdash.metrics.fields import (
     MIG_FIELDS,
     POD_FAMILIES,
     PROCESS_FAMILIES,
+    QUOTA_FAMILIES,
     GpuView,
     MigView,
 )
+from nvdash.metrics.quota_families import quota_families
 from nvdash.metrics.xid_names import xid_err_msg
 from nvdash.sampling.records import GpuEvent, GpuInfo, Snapshot
 from nvdash.sampling.usage_records import GpuProcess, MigInstance, PodDevice, Usage
@@ -322,12 +324,19 @@ class StoreCollector:
         scrape = self._scrape(self._fresh(newest))
         pods: dict[str, Metric] | None = None
         processes: dict[str, Metric] | None = None
+        quotas: dict[str, Metric] | None = None
         for counter in self.counters:
             name = counter.name
             if name in POD_FAMILIES:
                 if self.options.pods:
                     pods = pods if pods is not None else self._pod_families(scrape)
                     yield self._filled(counter, pods[name])
+                continue
+            if name in QUOTA_FAMILIES:
+                if self.options.pods:
+                    shares = newest.shares if newest is not None and scrape.usage is not None else ()
+                    quotas = quotas or quota_families(scrape.usage, shares, scrape.devices, self._quota_fallback())
+                    yield self._filled(counter, quotas[name])
                 continue
             if name in PROCESS_FAMILIES:
                 if self.options.processes:
@@ -341,6 +350,10 @@ class StoreCollector:
             yield self._gpu_family(counter, scrape)
         if self.options.stale_after_s is not None:
             yield from self._timestamps(newest)
+
+    def _quota_fallback(self) -> Labels:
+        """The labels of a quota whose GPU is not known (a GPU-Manager grant): the node only."""
+        return {"Hostname": self.options.hostname} if "Hostname" in self.label_names else {}
 
     def _timestamps(self, newest: Snapshot | None) -> Iterator[Metric]:
         """When the newest sweep and the newest process reading were taken (absent before the first), labelled

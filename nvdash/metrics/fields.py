@@ -234,5 +234,8 @@ PROCESS_FAMILIES = ("nvdash_process_gpu_memory_bytes", "nvdash_process_sm_utiliz
 """With ``--metrics-processes``: one series per process on a GPU or MIG instance."""
 ACCOUNTING_FAMILIES = ("nvdash_gpu_allocated_idle_seconds",)
 """From the accountant (a live server, not a replay): one series per GPU."""
-FAMILIES = frozenset((*FIELDS, *POD_FAMILIES, *PROCESS_FAMILIES, *ACCOUNTING_FAMILIES))
+QUOTA_FAMILIES = ("nvdash_pod_gpu_core_quota_ratio", "nvdash_pod_gpu_memory_quota_bytes",
+                  "nvdash_pod_gpu_quota_finding")
+"""With ``--metrics-pods``: each container's vGPU or MPS quota, and the quota findings (:mod:`nvdash.health.quotas`)."""
+FAMILIES = frozenset((*FIELDS, *POD_FAMILIES, *PROCESS_FAMILIES, *ACCOUNTING_FAMILIES, *QUOTA_FAMILIES))
 """Every family name nvdash can export."""
