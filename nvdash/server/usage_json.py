@@ -1,4 +1,5 @@
-"""``/api/processes.json``: who uses each GPU (processes, containers, pods, MIG instances, idle allocations).
+"""``/api/processes.json``: who uses each GPU (processes, containers, pods, MIG instances, idle allocations),
+the vGPU and MPS quotas (``grants``) and where use and quota disagree (``quota_findings``).
 
 Values come from the store's latest snapshot, units in the names; ``null`` means unknown or not reported.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from nvdash.health.quotas import quota_findings
 from nvdash.sampling.usage_records import GpuProcess, GpuUsage, MigInstance, Usage
 from nvdash.store import Store
 
@@ -85,8 +87,11 @@ def processes_json(store: Store) -> dict[str, Any]:
             "gpus": [],
             "processes": [],
             "allocations": [],
+            "grants": [],
+            "quota_findings": [],
         }
     idle = set(usage.idle_allocations())
+    findings = quota_findings(usage, latest.shares if latest is not None else ())
     return {
         "time_s": usage.time_s,
         "hostname": store.inventory.host.hostname,
@@ -116,4 +121,6 @@ def processes_json(store: Store) -> dict[str, Any]:
             }
             for device in usage.pods.devices
         ],
+        "grants": [dataclasses.asdict(grant) for grant in usage.grants],
+        "quota_findings": [dataclasses.asdict(finding) for finding in findings],
     }
