@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from nvdash.sampling.records import Snapshot
 from nvdash.sampling.share_records import UnitShares
 from nvdash.sampling.usage_records import GpuProcess, Grant, Usage
 
@@ -86,6 +87,13 @@ def quota_findings(usage: Usage, shares: Sequence[UnitShares] = ()) -> tuple[Quo
                                  f"core quota of {grant.core_pct:g} % (+{COMPUTE_TOLERANCE_PCT:g} tolerated)"))
     found.extend(_unallocated(usage, index))
     return tuple(found)
+
+
+def snapshot_findings(snapshot: Snapshot | None) -> tuple[QuotaFinding, ...]:
+    """The findings of a snapshot's usage reading (none before the first)."""
+    if snapshot is None or snapshot.usage is None:
+        return ()
+    return quota_findings(snapshot.usage, snapshot.shares)
 
 
 def _use(processes: Iterable[GpuProcess], grant: Grant, shares: Sequence[UnitShares]) -> _Use:

@@ -92,3 +92,23 @@ def test_use_of_a_gpu_nobody_was_allocated_while_pods_hold_others() -> None:
     # No kubelet answer, or no pod holding any GPU: nothing to compare with.
     assert quota_findings(usage(processes, [], devices, available=False)) == ()
     assert quota_findings(usage(processes, [], (), available=True)) == ()
+
+
+def test_gpu_health_flags_each_finding_on_its_gpu_row_and_one_without_a_gpu_below() -> None:
+    from nvdash.apps.gpu_health import status_html  # noqa: PLC0415 - the page's renderer, only here
+    from nvdash.sampling.hardware import open_hardware  # noqa: PLC0415
+
+    hardware = open_hardware("vgpu")
+    inventory = hardware.inventory
+    hardware.close()
+    gpu1 = inventory.gpus[1].uuid
+    over = QuotaFinding("ml", "a", "main", gpu1, "memory_over_quota", 2.0, 1.0, "ml/a/main holds <3 GiB>", "hami")
+    unused = QuotaFinding("ml", "b", "main", None, "quota_unused", 0.0, 1.0, "ml/b/main holds a quota", "gpu-manager")
+    html = status_html(inventory, [], [over, unused])
+    rows = html.split("<tr")[1:]
+    assert "no problem found" in rows[0]
+    assert 'data-quota="memory_over_quota"' in rows[1]
+    assert "Quota: ml/a/main holds &lt;3 GiB&gt;</li>" in rows[1]
+    assert "</table><ul" in html
+    assert "Quota: ml/b/main holds a quota</li></ul>" in html
+    assert status_html(inventory, []).count("no problem found") == 2
