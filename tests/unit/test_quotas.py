@@ -3,7 +3,9 @@ of a GPU nobody was allocated, each with exact values and its sentence."""
 
 from __future__ import annotations
 
+from nvdash.apps.gpu_health import status_html
 from nvdash.health.quotas import COMPUTE_TOLERANCE_PCT, QuotaFinding, quota_findings
+from nvdash.sampling.hardware import open_hardware
 from nvdash.sampling.share_records import OwnerShare, ShareOwner, UnitShares
 from nvdash.sampling.usage_records import GpuProcess, GpuUsage, Grant, PodDevice, PodResources, Usage
 
@@ -95,9 +97,6 @@ def test_use_of_a_gpu_nobody_was_allocated_while_pods_hold_others() -> None:
 
 
 def test_gpu_health_flags_each_finding_on_its_gpu_row_and_one_without_a_gpu_below() -> None:
-    from nvdash.apps.gpu_health import status_html  # noqa: PLC0415 - the page's renderer, only here
-    from nvdash.sampling.hardware import open_hardware  # noqa: PLC0415
-
     hardware = open_hardware("vgpu")
     inventory = hardware.inventory
     hardware.close()
