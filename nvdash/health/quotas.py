@@ -131,7 +131,8 @@ def _shared_sm(shares: Sequence[UnitShares], grant: Grant, gpus: frozenset[str])
 def _unallocated(usage: Usage, index: dict[str, int]) -> list[QuotaFinding]:
     """Processes on a GPU that no pod device names, while the kubelet answered and pods hold other GPUs.
 
-    A process of a pod holding a GPU-Manager grant (which names no GPU) is not counted: its GPU may be the grant's.
+    A process of a pod holding a GPU-Manager grant (which names no GPU) is not counted: its GPU may be the grant's;
+    nor, while such grants exist, is a process nvdash could not attribute to a pod (it may be one of theirs).
     """
     pods = usage.pods
     if not pods.available or not pods.devices:
@@ -143,7 +144,7 @@ def _unallocated(usage: Usage, index: dict[str, int]) -> list[QuotaFinding]:
     groups: dict[tuple[str, str, str, str], list[GpuProcess]] = {}
     for process in usage.processes:
         owner = (process.pod_namespace or "", process.pod_name or "")
-        if process.gpu_uuid in allocated or owner in floating:
+        if process.gpu_uuid in allocated or owner in floating or (floating and process.pod_name is None):
             continue
         key = (process.gpu_uuid, *owner, process.container_name or "")
         groups.setdefault(key, []).append(process)

@@ -91,6 +91,9 @@ def test_use_of_a_gpu_nobody_was_allocated_while_pods_hold_others() -> None:
         (GPU1, "sneaky", "unallocated_use", 700.0 * MIB), (GPU2, "", "unallocated_use", 500.0 * MIB)]
     assert found[1].text == ("GPU 2 runs 2 processes of a process outside any pod (500 MiB), but the kubelet "
                              "allocated it to no pod")
+    # A GPU-Manager grant names no GPU: its pod's processes, and processes of no known pod, may be on its GPU.
+    floating = Grant("ml", "sneaky", "main", "gpu-manager", "pod-resources", None, core_pct=50.0)
+    assert quota_findings(usage(processes, [floating], devices, available=True)) == ()
     # No kubelet answer, or no pod holding any GPU: nothing to compare with.
     assert quota_findings(usage(processes, [], devices, available=False)) == ()
     assert quota_findings(usage(processes, [], (), available=True)) == ()
