@@ -52,6 +52,7 @@ from nvdash.apps.rows import FloatArray, gpu_sample, time_ms
 from nvdash.apps.theme import apply_theme
 from nvdash.apps.time_range import TimeRangeControl
 from nvdash.health.hints import Hint, bottleneck_hints
+from nvdash.health.quotas import QuotaFinding, snapshot_findings
 from nvdash.health.status import GpuHealth, Status, evaluate, evaluate_gpu
 from nvdash.health.xid import xid_info
 from nvdash.history.query import HistoryResult, Series
@@ -83,8 +84,9 @@ HINT_PERIOD_S = 5.0
 _MUTED = "opacity: 0.7;"
 
 
-def status_html(inventory: Inventory, healths: Sequence[GpuHealth]) -> str:
-    """One row per GPU: its coloured status, its name and bus id, and each reason with what to do."""
+def status_html(inventory: Inventory, healths: Sequence[GpuHealth], quotas: Sequence[QuotaFinding] = ()) -> str:
+    """One row per GPU: its coloured status, its name and bus id, and each reason with what to do; a quota finding
+    (:mod:`nvdash.health.quotas`) is a flag on its GPU's row, or below the table when its GPU is not known."""
     if not inventory.gpus:
         detail = (inventory.nvml_error or "").strip()
         return f"<p>No NVIDIA GPU was found{': ' + escape(detail) if detail else '.'}</p>"
@@ -96,11 +98,12 @@ def status_html(inventory: Inventory, healths: Sequence[GpuHealth]) -> str:
         color = STATUS_COLORS[status.value]
         badge = (f'<span style="display:inline-block;min-width:5.5em;text-align:center;padding:1px 6px;'
                  f'border-radius:4px;color:#fff;background:{color};font-weight:600">{status.label}</span>')
-        if health is None or not health.findings:
+        flags = [_quota_item(found) for found in quotas if found.gpu_uuid == info.uuid]
+        if (health is None or not health.findings) and not flags:
             reasons = f'<span style="{_MUTED}">no problem found</span>'
         else:
-            items = []
-            for finding in health.findings:
+            items = list(flags)
+            for finding in health.findings if health is not None else ():
                 action = f' <span style="{_MUTED}">({escape(finding.action)})</span>' if finding.action else ""
                 items.append(f'<li><span style="color:{STATUS_COLORS[finding.status.value]}">&#9679;</span> '
                              f"{escape(finding.text)}{action}</li>")
@@ -110,7 +113,17 @@ def status_html(inventory: Inventory, healths: Sequence[GpuHealth]) -> str:
                     f'<td style="padding:4px 8px;vertical-align:top;white-space:nowrap"><b>GPU {info.index}</b> '
                     f"{escape(info.name)}{bus}</td>"
                     f'<td style="padding:4px 8px;vertical-align:top">{reasons}</td></tr>')
-    return f'<table style="border-collapse:collapse;width:100%">{"".join(rows)}</table>'
+    known = {info.uuid for info in inventory.gpus}
+    others = "".join(_quota_item(found) for found in quotas if found.gpu_uuid not in known)
+    more = f'<ul style="margin:0;padding-left:1em;list-style:none">{others}</ul>' if others else ""
+    return f'<table style="border-collapse:collapse;width:100%">{"".join(rows)}</table>{more}'
+
+
+def _quota_item(found: QuotaFinding) -> str:
+    """A quota finding as a flagged reason: ``Quota: <its sentence>``."""
+    color = STATUS_COLORS[Status.WARNING.value]
+    return (f'<li data-quota="{escape(found.kind)}"><span style="color:{color}">&#9873;</span> '
+            f"Quota: {escape(found.text)}</li>")
 
 
 @dataclass
@@ -446,7 +459,7 @@ class HealthView:
         events = store.events()
         idle = tuple(self.accounting.idle()[1]) if self.accounting is not None else ()
         text = self.ticks.latest(("health status", event_seq, idle, age_step), latest, lambda newest: status_html(
-            inventory, evaluate(inventory, newest, events, now, idle=idle)))
+            inventory, evaluate(inventory, newest, events, now, idle=idle), snapshot_findings(newest)))
         if text != self.status.text:
             self.status.text = text
         if event_seq != self.event_seq and self.past_events is None:

@@ -44,11 +44,13 @@ from nvdash.metrics.fields import (
     POD_FAMILIES,
     POD_SHARE_FAMILIES,
     PROCESS_FAMILIES,
+    QUOTA_FAMILIES,
     SHARE_FAMILIES,
     UNATTRIBUTED_FAMILIES,
     GpuView,
     MigView,
 )
+from nvdash.metrics.quota_families import quota_families
 from nvdash.metrics.xid_names import xid_err_msg
 from nvdash.sampling.records import GpuEvent, GpuInfo, Snapshot
 from nvdash.sampling.share_records import UnitShares
@@ -346,6 +348,7 @@ class StoreCollector:
         pods: dict[str, Metric] | None = None
         processes: dict[str, Metric] | None = None
         shares: dict[str, Metric] | None = None
+        quotas: dict[str, Metric] | None = None
         for counter in self.counters:
             name = counter.name
             if name in SHARE_FAMILIES:
@@ -356,6 +359,12 @@ class StoreCollector:
                 if self.options.pods:
                     pods = pods if pods is not None else self._pod_families(scrape)
                     yield self._filled(counter, pods[name])
+                continue
+            if name in QUOTA_FAMILIES:
+                if quotas is None:
+                    unit_shares = newest.shares if newest is not None and scrape.usage is not None else ()
+                    quotas = quota_families(scrape.usage, unit_shares, scrape.devices, self._quota_fallback())
+                yield self._filled(counter, quotas[name])
                 continue
             if name in PROCESS_FAMILIES:
                 if self.options.processes:
@@ -369,6 +378,10 @@ class StoreCollector:
             yield self._gpu_family(counter, scrape)
         if self.options.stale_after_s is not None:
             yield from self._timestamps(newest)
+
+    def _quota_fallback(self) -> Labels:
+        """The labels of a quota whose GPU is not known (a GPU-Manager grant): the node only."""
+        return {"Hostname": self.options.hostname} if "Hostname" in self.label_names else {}
 
     def _timestamps(self, newest: Snapshot | None) -> Iterator[Metric]:
         """When the newest sweep and the newest process reading were taken (absent before the first), labelled

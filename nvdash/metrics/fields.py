@@ -247,5 +247,10 @@ UNATTRIBUTED_FAMILIES = ("nvdash_gpu_unattributed_sm_ratio", "nvdash_gpu_unattri
                          "nvdash_gpu_unattributed_energy_joules_total")
 """From the snapshot's shares: one series per GPU (or MIG instance) with shares, the device's labels only."""
 SHARE_FAMILIES = (*POD_SHARE_FAMILIES, *UNATTRIBUTED_FAMILIES)
-FAMILIES = frozenset((*FIELDS, *POD_FAMILIES, *PROCESS_FAMILIES, *ACCOUNTING_FAMILIES, *SHARE_FAMILIES))
+QUOTA_FAMILIES = ("nvdash_pod_gpu_core_quota_ratio", "nvdash_pod_gpu_memory_quota_bytes",
+                  "nvdash_pod_gpu_quota_finding")
+"""Whenever quotas are known (no option needed): each container's vGPU or MPS quota, and the quota findings
+(:mod:`nvdash.health.quotas`)."""
+FAMILIES = frozenset((*FIELDS, *POD_FAMILIES, *PROCESS_FAMILIES, *ACCOUNTING_FAMILIES,
+                      *SHARE_FAMILIES, *QUOTA_FAMILIES))
 """Every family name nvdash can export."""

@@ -18,7 +18,8 @@ from typing import NamedTuple
 
 from nvdash.sampling.bounded_read import read_bounded_or_none
 from nvdash.sampling.cgroups import read_cgroup
-from nvdash.sampling.usage_records import CgroupIdentity, HostProcess
+from nvdash.sampling.process_limits import read_limits
+from nvdash.sampling.usage_records import CgroupIdentity, HostProcess, ProcessLimits
 from nvdash.sampling.user_names import NameResolver
 
 _SMALL_FILE_BYTES = 4096
@@ -47,6 +48,7 @@ class _Known:
     command: str
     started_s: float | None
     cgroup: CgroupIdentity
+    limits: ProcessLimits | None
     cpu_ticks: int
     seen_s: float
 
@@ -54,7 +56,8 @@ class _Known:
 class HostProcessTable:
     """Looks up PIDs in ``proc_root``; host CPU % is the delta since this table last saw the same process.
 
-    User, command line, start time and cgroup are read once per (PID, start time); they are read again when
+    User, command line, start time, cgroup and the environment's quota variables (:mod:`nvdash.sampling.process_limits`)
+    are read once per (PID, start time); they are read again when
     the process's name changes (an ``exec``), since a process seen between ``fork`` and ``exec`` still
     shows its parent's. User names come from ``names`` (looked up off this thread): ``uid 1234`` until resolved,
     and for a UID the system cannot name. Files are read with bounds (:mod:`nvdash.sampling.bounded_read`): links
@@ -128,6 +131,7 @@ class HostProcessTable:
                 rss_bytes=stat.rss_pages * self._page_bytes,
                 started_s=entry.started_s,
                 cgroup=entry.cgroup,
+                limits=entry.limits,
             )
         if prune:
             self._known = known
@@ -149,6 +153,7 @@ class HostProcessTable:
         uid = _real_uid(self._read(pid, "status"))
         argv = self._read(pid, "cmdline", _CMDLINE_MAX_BYTES)
         cgroup = read_cgroup(self._proc_root, pid, follow_links=self._follow_links)
+        limits = read_limits(self._root, pid, follow_links=self._follow_links)
         again = self._read_stat(pid)
         if again is None or again.start_ticks != stat.start_ticks:
             return None
@@ -160,6 +165,7 @@ class HostProcessTable:
             command=_command(argv) or again.name.decode("utf-8", errors="replace"),
             started_s=None if boot_s is None else boot_s + stat.start_ticks / self._ticks_per_s,
             cgroup=cgroup,
+            limits=limits,
             cpu_ticks=cpu_ticks,
             seen_s=seen_s,
         )

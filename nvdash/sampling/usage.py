@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
+from nvdash.sampling.grants import collect_grants
 from nvdash.sampling.nvml_usage import DeviceUsage, NvmlProcess
 from nvdash.sampling.usage_records import GpuProcess, HostProcess, MigInstance, PodDevice, PodResources, Usage
 
@@ -84,7 +85,8 @@ class UsageCollector:
             for device in devices
             for process in device.processes
         ]
-        return Usage(time_s=time_s, gpus=tuple(d.gpu for d in devices), processes=tuple(processes), pods=pods)
+        return Usage(time_s=time_s, gpus=tuple(d.gpu for d in devices), processes=tuple(processes), pods=pods,
+                     grants=collect_grants(pods, processes))
 
 
 def _instance(device: DeviceUsage, process: NvmlProcess) -> MigInstance | None:

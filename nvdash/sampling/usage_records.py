@@ -6,6 +6,7 @@ They are read at a slower cadence than the GPU metrics (see ``nvdash.sampling.us
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 PROCESS_KINDS = ("compute", "graphics", "mps")
@@ -18,6 +19,8 @@ clients), or a vGPU slice with quotas (GPU-Manager, HAMi, KubeVirt's GRID types)
 GRANT_SCHEMES = ("gpu-manager", "hami", "mps")
 """Who set a quota: GPU-Manager (``tencent.com/vcuda-*``), HAMi (``nvidia.com/gpumem``, ``gpucores``), or an MPS
 client's own limits (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``)."""
+_HAMI_SPLIT = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}-[0-9]{1,4}")
+"""A HAMi device plugin's device id: a GPU UUID and the share's number."""
 GRANT_SOURCES = ("pod-resources", "environment")
 """Where nvdash read a quota: the kubelet's pod-resources answer, or the process environment (``/proc/PID/environ``,
 only the quota variables are read)."""
@@ -118,8 +121,12 @@ class PodDevice:
 
     @property
     def uuid(self) -> str:
-        """The GPU or MIG UUID the device id names (a shared replica's ``::N`` suffix dropped)."""
-        return self.device_id.split("::", 1)[0]
+        """The GPU or MIG UUID the device id names (a shared replica's ``::N`` suffix dropped, and HAMi's ``-N``
+        split suffix: HAMi names the N-th share of a GPU ``GPU-<uuid>-N``)."""
+        uuid = self.device_id.split("::", 1)[0]
+        if _HAMI_SPLIT.fullmatch(uuid):
+            return uuid.rsplit("-", 1)[0]
+        return uuid
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +136,9 @@ class PodResources:
     devices: tuple[PodDevice, ...] = ()
     available: bool = False
     """True when the kubelet answered (its answer may list no GPU)."""
+    quota_devices: tuple[PodDevice, ...] = ()
+    """Quota units that name no GPU (GPU-Manager's ``tencent.com/vcuda-core``: 1 % of a GPU each, and
+    ``tencent.com/vcuda-memory``: 256 MiB each); :mod:`nvdash.sampling.grants` counts them into grants."""
     status: str = "Kubernetes pod lookup is off."
 
 

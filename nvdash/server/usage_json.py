@@ -1,5 +1,6 @@
-"""``/api/processes.json``: who uses each GPU (processes, containers, pods, MIG instances, idle allocations), and how
-each GPU or MIG instance divides among them (``shares``, see :mod:`nvdash.server.shares_json`).
+"""``/api/processes.json``: who uses each GPU (processes, containers, pods, MIG instances, idle allocations), how
+each GPU or MIG instance divides among them (``shares``, see :mod:`nvdash.server.shares_json`), the vGPU and MPS
+quotas (``grants``) and where use and quota disagree (``quota_findings``).
 
 Values come from the store's latest snapshot, units in the names; ``null`` means unknown or not reported.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from nvdash.health.quotas import quota_findings
 from nvdash.sampling.usage_records import GpuProcess, GpuUsage, MigInstance, Usage
 from nvdash.server.shares_json import shares_json
 from nvdash.store import Store
@@ -88,8 +90,11 @@ def processes_json(store: Store) -> dict[str, Any]:
             "processes": [],
             "allocations": [],
             "shares": [],
+            "grants": [],
+            "quota_findings": [],
         }
     idle = set(usage.idle_allocations())
+    findings = quota_findings(usage, latest.shares if latest is not None else ())
     return {
         "time_s": usage.time_s,
         "hostname": store.inventory.host.hostname,
@@ -120,4 +125,6 @@ def processes_json(store: Store) -> dict[str, Any]:
             for device in usage.pods.devices
         ],
         "shares": shares_json(latest.shares if latest is not None else ()),
+        "grants": [dataclasses.asdict(grant) for grant in usage.grants],
+        "quota_findings": [dataclasses.asdict(finding) for finding in findings],
     }

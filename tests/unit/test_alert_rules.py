@@ -78,8 +78,27 @@ def test_promtool_checks_the_config() -> None:
     promtool("check", "config", relative(CONFIG))
 
 
+QUOTA_RULES = PROMETHEUS / "nvdash-quota-alerts.yml"
+QUOTA_TESTS = PROMETHEUS / "tests" / "nvdash-quota-alerts-test.yml"
+"""The GPUQuota group: nvdash's own quota families, the same under every dcgm-exporter naming."""
+
+
 def test_every_rule_test_file_belongs_to_a_naming() -> None:
-    assert sorted([NAMING_4_8.tests, NAMING_4_9.tests]) == RULE_TESTS
+    assert sorted([NAMING_4_8.tests, NAMING_4_9.tests, QUOTA_TESTS]) == RULE_TESTS
+
+
+def test_promtool_checks_and_tests_the_quota_rules(load: Load) -> None:
+    promtool("check", "rules", relative(QUOTA_RULES))
+    promtool("test", "rules", relative(QUOTA_TESTS))
+    groups = load(QUOTA_RULES)["groups"]
+    assert [group["name"] for group in groups] == ["GPUQuota"]
+    rules = {rule["alert"]: rule for rule in groups[0]["rules"]}
+    assert {name: (rule["expr"], rule["for"]) for name, rule in rules.items()} == {
+        "NvdashPodGpuMemoryOverQuota": ('nvdash_pod_gpu_quota_finding{finding="memory_over_quota"} == 1', "1m"),
+        "NvdashPodGpuComputeOverQuota": ('nvdash_pod_gpu_quota_finding{finding="compute_over_quota"} == 1', "5m"),
+        "NvdashGpuUnallocatedUse": ('nvdash_pod_gpu_quota_finding{finding="unallocated_use"} == 1', "5m"),
+    }
+    assert "nvdash-quota-alerts.yml" in load(CONFIG)["rule_files"]
 
 
 @NAMINGS

@@ -585,3 +585,16 @@ PROFILES["h100-mig"] = replace(
 def profile_names() -> list[str]:
     """Names accepted by ``--simulate``, sorted."""
     return sorted(PROFILES)
+
+
+PROFILES["vgpu"] = replace(
+    PROFILES["a100-pcie-2"],
+    name="vgpu",
+    description="2 x A100 PCIe 40GB shared as vGPU slices (HAMi, GPU-Manager): 2 processes on GPU 0, 1 on GPU 1",
+    idle_gpus=frozenset(),
+    processes=(
+        ProcessSpec(0, GHOST_PID_BASE + 300, memory_mib=3000, sm_share=0.5),
+        ProcessSpec(0, GHOST_PID_BASE + 301, memory_mib=1000, sm_share=0.2),
+        ProcessSpec(1, GHOST_PID_BASE + 310, memory_mib=2048, sm_share=0.3),
+    ),
+)

@@ -14,7 +14,7 @@ import os
 import socket
 import stat
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,14 +145,17 @@ def sharing_of(resource_name: str, device_id: str) -> str:
     shared MIG slice too). With the mixed MIG strategy a MIG device is an ``nvidia.com/mig-<profile>``
     resource, and its id (with the single strategy as well) is a ``MIG-`` UUID: ``"mig"``. The GPU Operator's
     sandbox device plugin for KubeVirt names vGPU types ``nvidia.com/GRID_<type>`` (e.g. ``GRID_T4-1Q``);
-    those and names containing ``vgpu`` are ``"vgpu"``. Anything else is a ``"whole"`` GPU.
+    those and names containing ``vgpu`` are ``"vgpu"``, as are HAMi's shares of a GPU (``GPU-<uuid>-<n>``: its
+    device plugin splits each GPU into ``deviceSplitCount`` ids under ``nvidia.com/gpu``).
+    Anything else is a ``"whole"`` GPU.
     """
     name = resource_name.lower()
     if name.endswith(".shared") or "::" in device_id:
         return "shared"
     if name.startswith("nvidia.com/mig-") or device_id.startswith("MIG-"):
         return "mig"
-    if name.startswith("nvidia.com/grid_") or "vgpu" in name:
+    if name.startswith("nvidia.com/grid_") or "vgpu" in name or PodDevice(
+            "", "", "", resource_name, device_id, "").uuid != device_id:
         return "vgpu"
     return "whole"
 
@@ -167,8 +170,23 @@ def is_gpu(resource_name: str, device_id: str) -> bool:
     return resource_name.lower().startswith(GPU_RESOURCE_PREFIXES) or device_id.startswith(("GPU-", "MIG-"))
 
 
+QUOTA_RESOURCES = ("tencent.com/vcuda-core", "tencent.com/vcuda-memory")
+"""GPU-Manager's resources: its device plugin advertises one device per unit (``tencent.com/vcuda-core-<i>``, 100
+per GPU; ``tencent.com/vcuda-memory-268435456-<i>``, one per 256 MiB), so a container's count of ids is its amount."""
+
+
+def quota_devices(response: Any) -> tuple[PodDevice, ...]:
+    """The GPU-Manager quota units of a ``ListPodResourcesResponse``, one per (pod, container, device id)."""
+    return _devices(response, lambda name, _id: name in QUOTA_RESOURCES, "vgpu")
+
+
 def gpu_devices(response: Any) -> tuple[PodDevice, ...]:
     """The GPU devices of a ``ListPodResourcesResponse``, one per (pod, container, device id), in its order."""
+    return _devices(response, is_gpu, None)
+
+
+def _devices(response: Any, keep: Callable[[str, str], bool], sharing: str | None) -> tuple[PodDevice, ...]:
+    """The devices ``keep`` accepts, one per (pod, container, device id); ``sharing`` (or each one's own) as kind."""
     seen: set[tuple[str, str, str, str]] = set()
     found: list[PodDevice] = []
     for pod in response.pod_resources:
@@ -176,11 +194,11 @@ def gpu_devices(response: Any) -> tuple[PodDevice, ...]:
             for devices in container.devices:
                 for device_id in devices.device_ids:
                     key = (pod.namespace, pod.name, container.name, device_id)
-                    if key in seen or not is_gpu(devices.resource_name, device_id):
+                    if key in seen or not keep(devices.resource_name, device_id):
                         continue
                     seen.add(key)
-                    sharing = sharing_of(devices.resource_name, device_id)
-                    found.append(PodDevice(*key[:3], devices.resource_name, device_id, sharing))
+                    kind = sharing or sharing_of(devices.resource_name, device_id)
+                    found.append(PodDevice(*key[:3], devices.resource_name, device_id, kind))
     return tuple(found)
 
 
@@ -285,7 +303,8 @@ class PodResourcesClient:
                 status = f"The kubelet pod-resources List call failed: {type(error).__name__}: {error}"
                 return PodResources(available=False, status=status)
             devices = gpu_devices(response)
-            return PodResources(devices=devices, available=True, status=summary(devices))
+            return PodResources(devices=devices, available=True, status=summary(devices),
+                                quota_devices=quota_devices(response))
 
     def close(self) -> None:
         """Close the channel (a later :meth:`list` opens a new one)."""
