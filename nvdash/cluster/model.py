@@ -375,14 +375,14 @@ def gpu_shares(pods: Sequence[ClusterPod]) -> list[float]:
     each of the N pods sharing a GPU (time-slicing, MPS, vGPU)."""
     sharing: dict[tuple[str, int], int] = {}
     for pod in pods:
-        if pod.sharing in ("shared", "vgpu"):
+        if pod.sharing in ("shared", "mps", "vgpu"):
             sharing[(pod.hostname, pod.gpu)] = sharing.get((pod.hostname, pod.gpu), 0) + 1
     shares = []
     for pod in pods:
         if pod.sharing == "mig":
             slices = mig_slices(pod.mig_profile)
             shares.append(slices / MIG_SLICES if slices else 0.0)
-        elif pod.sharing in ("shared", "vgpu"):
+        elif pod.sharing in ("shared", "mps", "vgpu"):
             shares.append(1.0 / sharing[(pod.hostname, pod.gpu)])
         else:
             shares.append(1.0)

@@ -51,6 +51,8 @@ class Device:
     error_logged: bool = False
     util_last_seen_us: int = 0
     """Timestamp of the newest per-process utilization sample read so far (NVML's ``lastSeenTimeStamp``)."""
+    util_period_us: int = 0
+    """The driver's per-process sample period as learnt from the sample timestamps (0: not known yet)."""
 
 
 class NvmlCaller:

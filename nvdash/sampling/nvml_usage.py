@@ -2,15 +2,27 @@
 
 Read at the usage cadence (every couple of seconds), never on the event loop. Per-process utilization is read
 with the timestamp of the newest sample seen before, so no sample is counted twice; each value is clamped to
-0-100 % (drivers now and then answer garbage such as 37,100 %), and a process with no sample since then was
-idle (NVML only returns processes with non-zero utilization in a sample period).
+0-100 % (drivers now and then answer garbage such as 37,100 %).
+
+The driver keeps one sample per process per sample period, and only for periods in which the process had non-zero
+utilization. A process's figure is therefore time weighted: the sum of its sample values times the sample period,
+divided by the window (from the previous reading's newest sample timestamp to this one's; on the first reading, the
+span of the buffer plus one period). A process with no sample in the window was idle (0). The period is learnt from
+the timestamps: the smallest positive gap between two samples of the same process, remembered per GPU (until it is
+known, the plain mean of the samples stands in, which overstates a process that was idle part of the time).
+
+Error bound: the window ends at the newest sample, so idle periods after it count in the next window instead (about
+one sample period per window, 1/6 s of a 2 s window with a 167 ms period, moves between windows, none is lost); a
+process that came and went between two readings is counted in full while it had samples but is not listed then,
+and its part shows up as work no listed process explains.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+import itertools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +55,8 @@ class NvmlProcess:
 
 @dataclass(frozen=True, slots=True)
 class ProcessUtilization:
-    """A process's utilization since the previous reading, each 0-100 %."""
+    """A process's utilization since the previous reading, each 0-100 % of the window (time weighted: its busy
+    sample periods over the window, so idle periods count as 0)."""
 
     sm_pct: float
     memory_pct: float
@@ -75,6 +88,19 @@ class _MigStatic:
 def clamp_pct(value: float) -> float:
     """A percentage forced into 0-100."""
     return min(100.0, max(0.0, float(value)))
+
+
+def learn_period_us(known_us: int, stamps: Iterable[list[int]]) -> int:
+    """The driver's sample period: the smallest positive gap between two samples of one process, in ``stamps``
+    (each process's timestamps) or ``known_us`` (0: unknown), whichever is smaller."""
+    best = known_us
+    for seen in stamps:
+        ordered = sorted(set(seen))
+        for earlier, later in itertools.pairwise(ordered):
+            gap = later - earlier
+            if best <= 0 or gap < best:
+                best = gap
+    return best
 
 
 def mig_profile(name: str) -> str:
@@ -165,7 +191,8 @@ class UsageReader:
         return None
 
     def _utilization(self, device: Device) -> dict[int, ProcessUtilization] | None:
-        """Per PID, the mean of the samples newer than the last seen; ``None`` when NVML does not report it."""
+        """Per PID, the time-weighted mean of its samples since the last reading (see the module docstring);
+        ``None`` when NVML does not report it."""
         nvml = self._nvml
         metric = "process_utilization"
         if not self._caller.supported(device, metric):
@@ -181,23 +208,35 @@ class UsageReader:
             raise GpuLost from None
         except nvml.NVMLError:
             return None
+        previous = device.util_last_seen_us
         sums: dict[int, list[float]] = {}
-        newest = device.util_last_seen_us
+        stamps: dict[int, list[int]] = {}
         for sample in samples:
             stamp = int(sample.timeStamp)
-            if stamp <= device.util_last_seen_us:
+            if stamp <= previous:
                 continue
-            newest = max(newest, stamp)
-            totals = sums.setdefault(int(sample.pid), [0.0, 0.0, 0.0, 0.0, 0.0])
+            pid = int(sample.pid)
+            stamps.setdefault(pid, []).append(stamp)
+            totals = sums.setdefault(pid, [0.0, 0.0, 0.0, 0.0, 0.0])
             totals[0] += clamp_pct(sample.smUtil)
             totals[1] += clamp_pct(sample.memUtil)
             totals[2] += clamp_pct(sample.encUtil)
             totals[3] += clamp_pct(sample.decUtil)
             totals[4] += 1
+        if not sums:
+            return {}
+        device.util_period_us = learn_period_us(device.util_period_us, stamps.values())
+        oldest = min(min(seen) for seen in stamps.values())
+        newest = max(max(seen) for seen in stamps.values())
         device.util_last_seen_us = newest
-        return {
-            pid: ProcessUtilization(t[0] / t[4], t[1] / t[4], t[2] / t[4], t[3] / t[4]) for pid, t in sums.items()
-        }
+        period = device.util_period_us
+        window = (newest - previous) if previous else (newest - oldest + period)
+        if period <= 0 or window <= 0:
+            return {
+                pid: ProcessUtilization(*(clamp_pct(v / t[4]) for v in t[:4])) for pid, t in sums.items()
+            }
+        scale = period / window
+        return {pid: ProcessUtilization(*(clamp_pct(v * scale) for v in t[:4])) for pid, t in sums.items()}
 
     # MIG
 

@@ -16,6 +16,8 @@ from typing import Protocol
 from nvdash.freshness import Stale, is_stale
 from nvdash.sampling.nvml_modes import Reprobe
 from nvdash.sampling.records import GpuEvent, GpuSample, HostSample, Snapshot
+from nvdash.sampling.share_records import UnitShares
+from nvdash.sampling.shares import ShareTracker
 from nvdash.sampling.usage_records import Usage
 from nvdash.supervision import Supervisor
 
@@ -83,7 +85,9 @@ class Sampler:
 
     The GPU read gets at most 80 % of the interval, so a slow NVML call cannot push a sweep past it. The thread runs
     under ``supervisor`` (an escaping error is logged, counted and the loop restarted) and beats after each sweep;
-    :meth:`stale` says when sweeps or process readings have stopped completing.
+    :meth:`stale` says when sweeps or process readings have stopped completing. With process collection on, each
+    snapshot carries the GPUs' shares (:class:`~nvdash.sampling.shares.ShareTracker`: SM shares from the latest
+    process reading, energy counted at every sweep).
     """
 
     def __init__(
@@ -113,6 +117,8 @@ class Sampler:
         self._usage_due_s = 0.0
         self._latest_usage: Usage | None = None
         self._usage_errors = 0
+        self._shares = ShareTracker() if usage is not None else None
+        self._share_errors = 0
         self._previous: Snapshot | None = None
         self._derive_errors = 0
         self._supervisor = supervisor if supervisor is not None else Supervisor()
@@ -170,7 +176,8 @@ class Sampler:
         time_s = self._wall_clock()
         gpus = self._gpus.read(self._interval_s * 0.8) if self._gpus is not None else ()
         host = self._host.read()
-        snapshot = Snapshot(time_s=time_s, gpus=gpus, host=host, usage=self._read_usage(time_s))
+        usage = self._read_usage(time_s)
+        snapshot = Snapshot(time_s=time_s, gpus=gpus, host=host, usage=usage, shares=self._share(time_s, gpus, usage))
         self._store.append(snapshot)
         self._record_events(snapshot)
         elapsed = time.monotonic() - started
@@ -198,6 +205,18 @@ class Sampler:
             if self._usage_errors == 1:
                 log.exception("reading the GPU processes failed")
         return self._latest_usage
+
+    def _share(self, time_s: float, gpus: tuple[GpuSample, ...], usage: Usage | None) -> tuple[UnitShares, ...]:
+        """How the GPUs divide among their owners; a failing computation costs the shares, never the sweep."""
+        if self._shares is None:
+            return ()
+        try:
+            return self._shares.update(time_s, gpus, usage)
+        except Exception:
+            self._share_errors += 1
+            if self._share_errors == 1:
+                log.exception("computing the GPU shares failed")
+            return ()
 
     def _record_events(self, snapshot: Snapshot) -> None:
         """Derive this sweep's events; a failing rule costs the events, never the sweep."""

@@ -10,6 +10,7 @@ named after a pod when the evidence is unambiguous:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
@@ -85,8 +86,22 @@ class UsageCollector:
             for device in devices
             for process in device.processes
         ]
+        pods = with_mps(pods, processes)
         return Usage(time_s=time_s, gpus=tuple(d.gpu for d in devices), processes=tuple(processes), pods=pods,
                      grants=collect_grants(pods, processes))
+
+
+def with_mps(pods: PodResources, processes: Iterable[GpuProcess]) -> PodResources:
+    """``pods`` with each shared replica of a GPU (or MIG instance) that NVML lists MPS clients on called ``mps``:
+    the device plugin names MPS replicas like time-sliced ones."""
+    served = {process.mig_uuid or process.gpu_uuid for process in processes if "mps" in process.kinds}
+    if not served or not any(device.sharing == "shared" and device.uuid in served for device in pods.devices):
+        return pods
+    devices = tuple(
+        dataclasses.replace(device, sharing="mps") if device.sharing == "shared" and device.uuid in served else device
+        for device in pods.devices
+    )
+    return dataclasses.replace(pods, devices=devices)
 
 
 def _instance(device: DeviceUsage, process: NvmlProcess) -> MigInstance | None:

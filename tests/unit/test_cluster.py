@@ -253,6 +253,10 @@ def test_gpu_shares_count_whole_gpus_mig_slices_and_shared_replicas() -> None:
     assert (mig_slices("7g.40gb"), mig_slices("1g.5gb+me"), mig_slices("weird")) == (7, 1, None)
 
 
+def test_gpu_shares_count_mps_replicas_like_shared_ones() -> None:
+    assert gpu_shares([pod("mps", 0), pod("mps", 0), pod("mps", 0)]) == pytest.approx([1 / 3] * 3)
+
+
 def test_the_step_gives_at_most_about_500_points_and_never_below_a_scrape() -> None:
     assert choose_step(0, 1800) == MIN_STEP_S  # 30 min: 3.6 s wanted, 15 s given
     assert choose_step(0, 6 * 3600) == 60.0  # 43.2 s wanted

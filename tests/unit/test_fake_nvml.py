@@ -76,7 +76,7 @@ DOWN_LINKS = {("dgx-h100", 7): 3}
 
 def test_profile_names_and_unknown_profile() -> None:
     names = ["a100-mig", "a100-pcie-2", "dgx-a100", "dgx-b200", "dgx-h100", "h100-mig", "hgx-h100-hpc", "none", "t4",
-             "vgpu"]
+             "timesliced", "vgpu"]
     assert profile_names() == names
     assert set(PROFILES) == set(profile_names())
     known = r"a100-pcie-2, dgx-a100, dgx-b200, dgx-h100, h100-mig, hgx-h100-hpc, none, t4"

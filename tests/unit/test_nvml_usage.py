@@ -15,7 +15,7 @@ import pytest
 from nvdash.sampling.fake import FakeNvmlLibrary
 from nvdash.sampling.fake.usage_specs import GHOST_PID_BASE
 from nvdash.sampling.nvml_source import NvmlSource
-from nvdash.sampling.nvml_usage import DeviceUsage, clamp_pct, mig_profile
+from nvdash.sampling.nvml_usage import DeviceUsage, clamp_pct, learn_period_us, mig_profile
 from tests.unit.conftest import START, FakeClock, open_source
 
 MiB = 1024 * 1024
@@ -105,6 +105,45 @@ def test_process_utilization_counts_each_sample_once_and_clamps_garbage(
     again = _usage(source)
     assert again[0].utilization == {}
     assert again[0].gpu.process_utilization
+
+
+def test_process_utilization_is_time_weighted_over_the_window(
+    h100: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock
+) -> None:
+    source, fake = h100
+    source.open()
+    # A light process (5 % of GPU 0's work) whose samples round to 0 in parts of the data-loader stall: NVML then
+    # returns no sample for it. Its utilization over the window is its sample values x the 0.2 s sample period
+    # over the window, idle periods counting as 0 (not the mean of the samples it got).
+    pid = 12346
+    fake.add_process(0, pid, sm_share=0.05)
+    clock.at(29.0)
+    _usage(source)
+    clock.at(35.0)
+    usages = _usage(source)
+    period_us = 200_000
+    first = int((START + 29.0) * 1e6) // period_us + 1
+    last = int((START + 35.0) * 1e6) // period_us
+    got: list[float] = []
+    for k in range(first, last + 1):
+        util, memory = fake.workload.utilization(0, k * 0.2 - START)
+        sm, mem = round(util * 0.05), round(memory * 0.05)
+        if sm or mem:
+            got.append(clamp_pct(sm))
+    periods = last - first + 1  # the rank on GPU 0 is busy in every period, so the window is all of them
+    assert len(got) < periods, "the window holds periods in which the light process had no sample"
+    expected = sum(got) / periods
+    assert usages[0].utilization[pid].sm_pct == pytest.approx(expected)
+    assert usages[0].utilization[pid].sm_pct < sum(got) / len(got)
+
+
+def test_the_sample_period_is_the_smallest_gap_between_one_process_samples() -> None:
+    # Two processes sampled in the same periods with a few µs between their stamps: the gap across processes is
+    # not a period; a process busy every other period shows twice the period until it is seen in two in a row.
+    assert learn_period_us(0, [[1_000_000, 1_400_000], [1_000_005, 1_400_005]]) == 400_000
+    assert learn_period_us(400_000, [[2_000_000, 2_200_000, 2_200_000]]) == 200_000
+    assert learn_period_us(200_000, [[3_000_000]]) == 200_000
+    assert learn_period_us(0, [[3_000_000]]) == 0
 
 
 def test_idle_mps_clients_have_no_samples(h100: tuple[NvmlSource, FakeNvmlLibrary], clock: FakeClock) -> None:

@@ -11,7 +11,8 @@ from nvdash.freshness import Stale
 from nvdash.sampling import sampler as sampler_module
 from nvdash.sampling.records import GpuSample, HostInfo, HostSample, Inventory
 from nvdash.sampling.sampler import Sampler
-from nvdash.sampling.usage_records import Usage
+from nvdash.sampling.shares import ShareTracker
+from nvdash.sampling.usage_records import GpuProcess, GpuUsage, Usage
 from nvdash.store import Store
 from nvdash.supervision import Supervisor
 from tests.conftest import wait_for
@@ -190,6 +191,36 @@ def test_a_failing_usage_read_keeps_the_previous_usage_and_the_sweep() -> None:
     after = sampler.sample_once()
     assert after.usage is before
     assert after.gpus[0].utilization_pct == 50.0
+
+
+class SharedUsages(Usages):
+    """One GPU with one process doing 20 % of its SM time."""
+
+    def collect(self, time_s: float, timeout_s: float) -> Usage:
+        super().collect(time_s, timeout_s)
+        process = GpuProcess(0, "GPU-x", 4321, ("compute",), sm_pct=20.0)
+        return Usage(time_s=time_s, gpus=(GpuUsage(0, "GPU-x", process_utilization=True),), processes=(process,))
+
+
+def test_snapshots_carry_the_shares_of_the_latest_usage() -> None:
+    sampler = Sampler(_store(), Host(), Gpus(), interval_s=0.5, usage=SharedUsages(), usage_interval_s=0.0)
+    (unit,) = sampler.sample_once().shares
+    assert unit.utilization_pct == 50.0
+    assert [(o.owner.pid, o.sm_pct, o.fraction) for o in unit.owners] == [(4321, 20.0, 0.4)]
+    assert unit.unattributed_sm_pct == 30.0
+    assert Sampler(_store(), Host(), Gpus(), interval_s=0.5).sample_once().shares == ()
+
+
+def test_a_failing_share_computation_costs_the_shares_not_the_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*_args: object) -> tuple[()]:
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(ShareTracker, "update", boom)
+    sampler = Sampler(_store(), Host(), Gpus(), interval_s=0.5, usage=SharedUsages(), usage_interval_s=0.0)
+    snapshot = sampler.sample_once()
+    assert snapshot.shares == ()
+    assert snapshot.usage is not None
+    assert sampler.stats().errors == 0
 
 
 def test_without_a_usage_reader_snapshots_have_no_usage() -> None:

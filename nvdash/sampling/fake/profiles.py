@@ -598,3 +598,22 @@ PROFILES["vgpu"] = replace(
         ProcessSpec(1, GHOST_PID_BASE + 310, memory_mib=2048, sm_share=0.3),
     ),
 )
+
+
+TIMESLICED_SM_SHARES = (0.5, 0.3, 0.1)
+"""The parts of GPU 0's work that each of the ``timesliced`` profile's three processes does."""
+PROFILES["timesliced"] = replace(
+    PROFILES["a100-pcie-2"],
+    name="timesliced",
+    description="2 x A100 PCIe 40GB shared: GPU 0 time-sliced by three processes (50 %, 30 %, 10 % of its work), "
+    "GPU 1 serving two MPS clients",
+    idle_gpus=frozenset(),
+    processes=(
+        *(ProcessSpec(0, GHOST_PID_BASE + 300 + n, memory_mib=mib, sm_share=share)
+          for n, (share, mib) in enumerate(zip(TIMESLICED_SM_SHARES, (12000, 8000, 4000), strict=True))),
+        # GPU 1: the MPS control daemon's server and two clients, each running most of the GPU's work at once.
+        ProcessSpec(1, GHOST_PID_BASE + 310, memory_mib=32, sm_share=0.0),
+        ProcessSpec(1, GHOST_PID_BASE + 311, ("compute", "mps"), memory_mib=6144, sm_share=0.7),
+        ProcessSpec(1, GHOST_PID_BASE + 312, ("compute", "mps"), memory_mib=3072, sm_share=0.6),
+    ),
+)
