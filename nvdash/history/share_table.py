@@ -107,8 +107,8 @@ class PodKey:
     sharing: tuple[str, ...]
 
 
-def pod_timeline(connection: sqlite3.Connection, namespace: str, pod: str, start_s: float, end_s: float, *
-                 step_s: float) -> PodTimeline:
+def pod_timeline(connection: sqlite3.Connection, namespace: str, pod: str, start_s: float, end_s: float,
+                 *, step_s: float) -> PodTimeline:
     """``namespace/pod``'s timeline over ``[start_s, end_s)`` in ``step_s`` buckets (a multiple of a minute is
     exact: each minute falls in one bucket)."""
     if not step_s > 0 or not end_s > start_s:
