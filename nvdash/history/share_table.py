@@ -129,3 +129,18 @@ def pods_seen(connection: sqlite3.Connection, start_s: float, end_s: float) -> l
         "SELECT namespace, pod, group_concat(DISTINCT sharing) FROM pod_shares WHERE t >= ? AND t < ?"
         " GROUP BY namespace, pod ORDER BY namespace, pod", (start_s, end_s)).fetchall()
     return [PodKey(str(ns), str(pod), tuple(sorted(str(kinds).split(",")))) for ns, pod, kinds in rows]
+
+
+def on_grid(times: FloatArray, values: FloatArray, start_s: float, end_s: float, step_s: float) -> FloatArray:
+    """``values`` (at bucket starts ``times``) on every bucket start of ``[start_s, end_s)``, NaN where none: a line
+    breaks where nothing was recorded."""
+    grid = grid_times(start_s, end_s, step_s)
+    lookup = dict(zip(times.tolist(), values.tolist(), strict=True))
+    return np.array([lookup.get(t, math.nan) for t in grid.tolist()], dtype=np.float64)
+
+
+def grid_times(start_s: float, end_s: float, step_s: float) -> FloatArray:
+    """The bucket starts (multiples of ``step_s``) from the one holding ``start_s`` to the one before ``end_s``."""
+    first = math.floor(start_s / step_s) * step_s
+    count = max(0, math.ceil((end_s - first) / step_s))
+    return first + step_s * np.arange(count, dtype=np.float64)
