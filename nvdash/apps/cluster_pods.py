@@ -166,17 +166,16 @@ NAMESPACE_COLUMNS = (("namespace", "namespace", 160), ("pods", "pods", 60), ("de
 
 URL_JS = """
 const url = new URL(window.location.href);
-for (const [name, widget] of Object.entries(widgets)) {
-  const value = widget.value;
-  if (value && value !== "all") {
-    url.searchParams.set(name, value);
-  } else {
-    url.searchParams.delete(name);
-  }
+for (const name of names) {
+  url.searchParams.delete(name);
+}
+for (const [name, value] of cb_obj.tags) {
+  url.searchParams.set(name, value);
 }
 window.history.replaceState(window.history.state, "", url.toString());
 """
-"""Keeps the page's URL on the chosen kind, namespace and pod, so a bookmark reopens them."""
+"""Keeps the page's URL on the chosen kind, namespace and pod (the server's view of them, in the pod menu's tags:
+one source, whichever widget changed first), so a bookmark reopens them."""
 LOCAL_POD_WINDOW_S = 7 * 86_400.0
 """On a single node, the pods offered are those the history recorded over this long."""
 LOCAL_REFRESH_MS = 30_000
@@ -270,10 +269,7 @@ class _PodsPage:
         self.kind.on_change("value", self._filtered)
         self.namespace.on_change("value", self._filtered)
         self.pod.on_change("value", self._pod_picked)
-        url = CustomJS(args={"widgets": {"kind": self.kind, "namespace": self.namespace, "pod": self.pod}},
-                       code=URL_JS)
-        for widget in (self.kind, self.namespace, self.pod):
-            widget.js_on_change("value", url)
+        self.pod.js_on_change("tags", CustomJS(args={"names": ["kind", "namespace", "pod"]}, code=URL_JS))
         self.note = Div(text="", styles={"color": text_color(dark)}, sizing_mode="stretch_width")
         self.pods = ColumnDataSource(data=pod_rows([], []))
         self.idle = ColumnDataSource(data=pod_rows([], []))
@@ -356,6 +352,9 @@ class _PodsPage:
 
     def _redraw(self) -> None:
         self._pod_menu()
+        query = [[name, value] for name, value in self._filter().query().items()]
+        if self.pod.tags != query:
+            self.pod.tags = query
         state = self.state
         pods, shares = shown(state, self._filter())
         idle = [(pod, share) for pod, share in zip(pods, shares, strict=True) if pod.idle]

@@ -75,6 +75,9 @@ def timeline_data(timeline: PodTimeline | None = None) -> dict[str, Any]:
 class PodTimelines:
     """The two plots of the chosen pod: the range control's view."""
 
+    band_note = ""
+    """Lines only: a step's mean, no min-max band."""
+
     def __init__(self, x_range: Range) -> None:
         self.source = ColumnDataSource(data=timeline_data(), name="pod-timeline")
         self.sm = timeline_figure("SM share (GPUs-worth: 1 = one whole GPU busy)", "GPUs", Unit.PCT, x_range, None)
