@@ -1,29 +1,42 @@
 """Cluster Pods: GPU utilization and memory per pod across the cluster (from Prometheus), filtered by the kind of
-GPU a pod holds (whole, MIG, shared, vGPU), namespace and pod; the pods holding a GPU while idle; and per-namespace
-totals for cost reports.
+GPU a pod holds (whole, MIG, time-sliced, MPS, vGPU), namespace and pod; the pods holding a GPU while idle;
+per-namespace totals for cost reports; and the chosen pod's SM share and memory over a past range.
 
-Every node's nvdash exports its pods' allocations (``nvdash_pod_gpu_allocated``, with ``--metrics-pods``); this
-page reads them through the cluster poller's newest state and filters here, in Python.
+Every node's nvdash exports its pods' allocations (``nvdash_pod_gpu_allocated``, with ``--metrics-pods``) and shares
+(``nvdash_pod_gpu_sm_share_ratio``, ``nvdash_pod_gpu_memory_bytes``); this page reads the allocations through the
+cluster poller's newest state and filters here, in Python, and a pod's timelines with range queries. On a single
+node without Prometheus it reads the pods and their timelines from the node's history file instead.
+
+The three filters live in the page's URL (``?kind=mps&namespace=team&pod=infer``, with ``range``/``from``/``to``):
+a bookmark reopens the same view, and choosing updates the URL.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import dataclasses
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from html import escape
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from bokeh.document import Document
-from bokeh.layouts import row
-from bokeh.models import ColumnDataSource
-from bokeh.models.widgets import Div, Select, TableColumn, TextInput
+from bokeh.layouts import column, row
+from bokeh.models import ColumnDataSource, CustomJS
+from bokeh.models.widgets import Div, Select, TableColumn
 
-from nvdash.apps.cluster_view import follow_cluster, status_div, status_html
+from nvdash.apps.cluster_view import ERROR_COLOR, follow_cluster, status_div, status_html
 from nvdash.apps.context import AppContext
-from nvdash.apps.figures import add_page, data_table, format_bytes, format_pct, text_color
+from nvdash.apps.figures import add_page, data_table, format_bytes, format_pct, text_color, timeline_range
+from nvdash.apps.pod_timelines import PodRangeBackend, PodSource, PodTimelines
 from nvdash.apps.theme import apply_theme, request_arguments
-from nvdash.apps.time_range import query_values
+from nvdash.apps.time_range import CUSTOM, TimeRangeControl, query_values
 from nvdash.cluster import ClusterRuntime
 from nvdash.cluster.model import ClusterPod, ClusterState, gpu_shares
+from nvdash.cluster.pod_history import PrometheusPodHistory
+from nvdash.history.pod_history import LocalPodHistory
+from nvdash.history.query import SqliteHistory
 
 if TYPE_CHECKING:
     from bokeh.models.sources import DataDict
@@ -34,27 +47,58 @@ KINDS: tuple[tuple[Any, str], ...] = (
     (ALL, "every kind of GPU"),
     ("whole", "whole GPU"),
     ("mig", "MIG instance"),
-    ("shared", "shared (time-slicing, MPS)"),
-    ("vgpu", "vGPU"),
+    ("shared", "time-sliced"),
+    ("mps", "MPS"),
+    ("vgpu", "vGPU (GPU-Manager, HAMi)"),
 )
 KIND_NAMES = dict(KINDS)
 NO_PODS = ("No pod holds a GPU in Prometheus's answer. Pods appear when each node's nvdash runs with "
            "--metrics-pods and can read its kubelet's pod-resources socket.")
+NO_LOCAL_PODS = ("This node's history holds no pod's share of a GPU for the last 7 days. Pods appear when nvdash "
+                 "can read the kubelet's pod-resources socket and a pod's processes run on a GPU.")
+REFRESH_RANGE_MS = 30_000
+"""A relative range (last 6 h) is asked again this often, so its end stays "now"."""
 
 
 @dataclass(frozen=True)
 class PodFilter:
-    """Which allocations to show: a kind of GPU, a namespace, and text the pod's name must contain."""
+    """Which allocations to show: a kind of GPU, a namespace and a pod (``all``: any)."""
 
     kind: str = ALL
     namespace: str = ALL
-    pod: str = ""
+    pod: str = ALL
 
     def keeps(self, pod: ClusterPod) -> bool:
         """Whether ``pod`` passes every filter."""
         return (self.kind in (ALL, pod.sharing)
                 and self.namespace in (ALL, pod.namespace)
-                and self.pod.strip().lower() in pod.pod.lower())
+                and self.pod in (ALL, "", pod.pod))
+
+    def query(self) -> dict[str, str]:
+        """The URL's query arguments for this filter (``all`` left out)."""
+        return {name: value for name, value in (("kind", self.kind), ("namespace", self.namespace),
+                                                ("pod", self.pod)) if value not in (ALL, "")}
+
+
+def filter_of(arguments: dict[str, str]) -> PodFilter:
+    """The filter a page's URL asks for (an unknown kind: every kind)."""
+    kind = arguments.get("kind", ALL)
+    return PodFilter(kind if kind in KIND_NAMES else ALL, arguments.get("namespace") or ALL,
+                     arguments.get("pod") or ALL)
+
+
+def pod_choices(pods: Sequence[ClusterPod], keep: PodFilter) -> list[tuple[str, str]]:
+    """The pod menu: every pod passing the kind and namespace filters, by name (``namespace/pod`` shown when every
+    namespace is listed)."""
+    found = sorted({(pod.namespace, pod.pod) for pod in pods
+                    if keep.kind in (ALL, pod.sharing) and keep.namespace in (ALL, pod.namespace)})
+    choices = [(ALL, "every pod")]
+    seen: set[str] = set()
+    for namespace, name in found:
+        if name not in seen:
+            seen.add(name)
+            choices.append((name, name if keep.namespace != ALL else f"{namespace}/{name}"))
+    return choices
 
 
 def pod_rows(pods: Sequence[ClusterPod], shares: Sequence[float]) -> DataDict:
@@ -120,41 +164,131 @@ NAMESPACE_COLUMNS = (("namespace", "namespace", 160), ("pods", "pods", 60), ("de
                      ("idle", "GPUs held idle", 110))
 
 
+URL_JS = """
+const url = new URL(window.location.href);
+for (const name of names) {
+  url.searchParams.delete(name);
+}
+for (const [name, value] of cb_obj.tags) {
+  url.searchParams.set(name, value);
+}
+window.history.replaceState(window.history.state, "", url.toString());
+"""
+"""Keeps the page's URL on the chosen kind, namespace and pod (the server's view of them, in the pod menu's tags:
+one source, whichever widget changed first), so a bookmark reopens them."""
+LOCAL_POD_WINDOW_S = 7 * 86_400.0
+"""On a single node, the pods offered are those the history recorded over this long."""
+LOCAL_REFRESH_MS = 30_000
+CHOOSE_POD = "Choose a pod to see its SM share and memory over time."
+
+
 def build(doc: Document, ctx: AppContext) -> None:
-    """Filters, the pods table, the idle allocations and the per-namespace totals."""
-    cluster = ctx.cluster
-    if cluster is None:
-        raise RuntimeError("the cluster pages need --prometheus")
-    _PodsPage(doc, cluster).open()
+    """Filters, the pods table, the idle allocations, the per-namespace totals and the chosen pod's timelines."""
+    if ctx.cluster is not None:
+        _PodsPage(doc, ctx, ClusterPods(ctx.cluster)).open()
+        return
+    if isinstance(ctx.history, SqliteHistory):
+        _PodsPage(doc, ctx, LocalPods(LocalPodHistory(ctx.history), ctx)).open()
+        return
+    raise RuntimeError("the pods page needs --prometheus, or this node's history")
+
+
+class PodsSource(Protocol):
+    """Where the page's pods and their timelines come from."""
+
+    timelines: PodSource
+    executor: Executor | None
+    cluster: ClusterRuntime | None
+
+    def follow(self, doc: Document, on_state: Callable[[ClusterState], None]) -> None: ...
+
+
+class ClusterPods:
+    """The cluster's pods from the poller; timelines from Prometheus."""
+
+    def __init__(self, cluster: ClusterRuntime) -> None:
+        self.cluster: ClusterRuntime | None = cluster
+        self.timelines: PodSource = PrometheusPodHistory(cluster.client)
+        self.executor: Executor | None = cluster.executor
+
+    def follow(self, doc: Document, on_state: Callable[[ClusterState], None]) -> None:
+        assert self.cluster is not None
+        follow_cluster(doc, self.cluster, on_state)
+
+
+class LocalPods:
+    """This node's pods as its history recorded them (the last 7 days), read off the event loop."""
+
+    def __init__(self, history: LocalPodHistory, ctx: AppContext) -> None:
+        self.cluster: ClusterRuntime | None = None
+        self.history = history
+        self.timelines: PodSource = history
+        self.executor: Executor | None = ctx.history_executor
+        self.clock = ctx.clock
+        self.generation = 0
+
+    def state(self) -> ClusterState:
+        """The pods recorded lately, one row per kind of GPU each held (blocking)."""
+        now = self.clock()
+        self.generation += 1
+        pods = tuple(ClusterPod(hostname="this node", namespace=key.namespace, pod=key.pod, container="", gpu=0,
+                                uuid="", resource="", sharing=kind)
+                     for key in self.history.pods(now - LOCAL_POD_WINDOW_S, now) for kind in key.sharing)
+        return ClusterState(pods=pods, ok_time_s=now, generation=self.generation)
+
+    def follow(self, doc: Document, on_state: Callable[[ClusterState], None]) -> None:
+        async def load() -> None:
+            try:
+                state = await asyncio.get_running_loop().run_in_executor(self.executor, self.state)
+            except Exception as error:  # a damaged file: said on the page, tried again
+                on_state(ClusterState(error=str(error), generation=-1))
+                return
+            on_state(state)
+
+        def again() -> None:
+            doc.add_next_tick_callback(cast("Callable[[], None]", load))
+
+        again()
+        doc.add_periodic_callback(again, LOCAL_REFRESH_MS)
 
 
 class _PodsPage:
-    def __init__(self, doc: Document, cluster: ClusterRuntime) -> None:
+    def __init__(self, doc: Document, ctx: AppContext, source: PodsSource) -> None:
         self.doc = doc
-        self.cluster = cluster
+        self.source = source
         dark = apply_theme(doc)
-        given = query_values(request_arguments(doc))
+        self.wanted = filter_of(query_values(request_arguments(doc)))
         self.state = ClusterState()
         self.status = status_div(dark)
-        self.kind = Select(title="GPU kind", value=given.get("kind", ALL) if given.get("kind") in KIND_NAMES else ALL,
-                           options=list[str | tuple[Any, str]](KINDS), width=220)
+        self.kind = Select(title="GPU type", value=self.wanted.kind, options=list[str | tuple[Any, str]](KINDS),
+                           width=220)
         every = list[str | tuple[Any, str]]([(ALL, "every namespace")])
         self.namespace = Select(title="namespace", value=ALL, options=every, width=200)
-        self.wanted_namespace = given.get("namespace", ALL)
-        self.pod = TextInput(title="pod name contains", value=given.get("pod", ""), width=220)
-        for widget in (self.kind, self.namespace):
-            widget.on_change("value", self._filtered)
-        self.pod.on_change("value_input", self._filtered)
+        self.pod = Select(title="pod", value=ALL, options=list[str | tuple[Any, str]]([(ALL, "every pod")]),
+                          width=260)
+        self.kind.on_change("value", self._filtered)
+        self.namespace.on_change("value", self._filtered)
+        self.pod.on_change("value", self._pod_picked)
+        self.pod.js_on_change("tags", CustomJS(args={"names": ["kind", "namespace", "pod"]}, code=URL_JS))
         self.note = Div(text="", styles={"color": text_color(dark)}, sizing_mode="stretch_width")
         self.pods = ColumnDataSource(data=pod_rows([], []))
         self.idle = ColumnDataSource(data=pod_rows([], []))
         self.namespaces = ColumnDataSource(data=namespace_rows([], []))
+        self.backend = PodRangeBackend(source.timelines)
+        x_range = timeline_range()
+        self.timelines = PodTimelines(x_range)
+        page_ctx = dataclasses.replace(ctx, history=self.backend, history_executor=source.executor, past_only=True)
+        self.control = TimeRangeControl(doc, page_ctx, self.timelines, x_range, dark=dark)
+        self.choose = Div(text=CHOOSE_POD, styles={"color": text_color(dark)})
+        self.holder = column(self.choose, sizing_mode="stretch_width", height=460)
         heading: dict[str, str | None] = {"color": text_color(dark), "font-weight": "bold", "margin-top": "6px"}
         add_page(
             doc, TITLE, self.status,
             row(self.kind, self.namespace, self.pod, sizing_mode="stretch_width"), self.note,
             Div(text="GPU use per pod", styles=heading),
-            data_table(self.pods, _columns(POD_COLUMNS), dark, height=260, sizing_mode="stretch_width"),
+            data_table(self.pods, _columns(POD_COLUMNS), dark, height=220, sizing_mode="stretch_width"),
+            Div(text="The chosen pod over time", styles=heading),
+            row(*self.control.widgets(), sizing_mode="stretch_width"), self.holder,
             Div(text="Allocated but idle for the last 30 min (no process of the pod on it, or 0 % utilization)",
                 styles=heading),
             data_table(self.idle, _columns(POD_COLUMNS), dark, height=150, sizing_mode="stretch_width"),
@@ -164,33 +298,63 @@ class _PodsPage:
         )
 
     def open(self) -> None:
-        follow_cluster(self.doc, self.cluster, self._on_state)
+        self.source.follow(self.doc, self._on_state)
+        self.doc.add_periodic_callback(self._refresh_range, REFRESH_RANGE_MS)
 
     def _filter(self) -> PodFilter:
-        return PodFilter(str(self.kind.value), str(self.namespace.value), str(self.pod.value_input or
-                                                                                  self.pod.value or ""))
+        return PodFilter(str(self.kind.value), str(self.namespace.value), str(self.pod.value))
+
+    def _status(self, state: ClusterState) -> str:
+        nodes = len({pod.hostname for pod in state.pods})
+        pods = len({(pod.namespace, pod.pod) for pod in state.pods})
+        if self.source.cluster is not None:
+            return status_html(self.source.cluster, state, f"{pods} pods hold {len(state.pods)} GPU devices on "
+                                                           f"{nodes} nodes")
+        if state.error is not None:
+            return f'<span style="color:{ERROR_COLOR}"><b>Reading the history failed:</b> {escape(state.error)}</span>'
+        return escape(f"{self.source.timelines.describe()} · {pods} pods recorded over the last 7 days")
 
     def _on_state(self, state: ClusterState) -> None:
         self.state = state
-        nodes = len({pod.hostname for pod in state.pods})
-        pods = len({(pod.namespace, pod.pod) for pod in state.pods})
-        self.status.text = status_html(self.cluster, state, f"{pods} pods hold {len(state.pods)} GPU devices on "
-                                                            f"{nodes} nodes")
-        namespaces = sorted({pod.namespace for pod in state.pods})
-        options = list[str | tuple[Any, str]]([(ALL, "every namespace"), *((name, name) for name in namespaces)])
-        if [tuple(option) if isinstance(option, (list, tuple)) else option
-                for option in self.namespace.options] != options:
-            self.namespace.options = options
-        if self.wanted_namespace in namespaces and self.namespace.value == ALL:
-            self.namespace.value = self.wanted_namespace  # _filtered redraws
-            self.wanted_namespace = ALL
-            return
+        self.status.text = self._status(state)
+        namespaces = sorted({pod.namespace for pod in state.pods} | ({self.wanted.namespace} - {ALL}))
+        _set_options(self.namespace, [(ALL, "every namespace"), *((name, name) for name in namespaces)])
+        if self.wanted.namespace in namespaces and self.namespace.value == ALL:
+            self.namespace.value = self.wanted.namespace  # _filtered redraws
+        self.wanted = dataclasses.replace(self.wanted, namespace=ALL)
         self._redraw()
+
+    def _pod_menu(self) -> None:
+        keep = self._filter()
+        choices = pod_choices(self.state.pods, keep)
+        names = [value for value, _label in choices]
+        wanted = self.wanted.pod
+        if wanted != ALL and wanted not in names and keep.namespace != ALL:
+            choices.append((wanted, wanted))  # a bookmarked pod that holds no GPU now: its past is still shown
+            names.append(wanted)
+        _set_options(self.pod, choices)
+        if wanted in names and self.pod.value == ALL:
+            self.wanted = dataclasses.replace(self.wanted, pod=ALL)
+            self.pod.value = wanted  # _pod_picked shows it
+        elif self.pod.value not in names:
+            self.pod.value = ALL
 
     def _filtered(self, _attr: str, _old: Any, _new: Any) -> None:
         self._redraw()
 
+    def _pod_picked(self, _attr: str, _old: Any, new: Any) -> None:
+        pod = str(new)
+        if pod != ALL and self.namespace.value == ALL:
+            found = next((item.namespace for item in self.state.pods if item.pod == pod), None)
+            if found is not None:
+                self.namespace.value = found
+        self._redraw()
+
     def _redraw(self) -> None:
+        self._pod_menu()
+        query = [[name, value] for name, value in self._filter().query().items()]
+        if self.pod.tags != query:
+            self.pod.tags = query
         state = self.state
         pods, shares = shown(state, self._filter())
         idle = [(pod, share) for pod, share in zip(pods, shares, strict=True) if pod.idle]
@@ -198,8 +362,37 @@ class _PodsPage:
         self.idle.data = pod_rows([pod for pod, _ in idle], [share for _, share in idle])
         self.namespaces.data = namespace_rows(pods, shares)
         if state.ok_time_s is not None and not state.pods:
-            self.note.text = NO_PODS
+            self.note.text = NO_PODS if self.source.cluster is not None else NO_LOCAL_PODS
         elif state.pods and not pods:
             self.note.text = "No pod matches these filters."
         else:
             self.note.text = ""
+        self._show_pod()
+
+    def _show_pod(self) -> None:
+        namespace, pod = str(self.namespace.value), str(self.pod.value)
+        if ALL in (pod, namespace):
+            if self.backend.pod:
+                self.backend.namespace = self.backend.pod = ""
+                self.holder.children = [self.choose]
+            return
+        if (namespace, pod) == (self.backend.namespace, self.backend.pod):
+            return
+        self.backend.namespace, self.backend.pod = namespace, pod
+        self.holder.children = [self.timelines.layout]
+        if self.control.time_range is None:
+            self.control.open()
+        else:
+            self.control.reload()
+
+    def _refresh_range(self) -> None:
+        shown_range = self.control.time_range
+        if shown_range is not None and shown_range.label != CUSTOM and self.backend.pod:
+            self.control.choose(shown_range.label)
+
+
+def _set_options(select: Select, options: list[tuple[str, str]]) -> None:
+    """Replace ``select``'s options only when they changed (each change is a message to the browser)."""
+    current = [tuple(option) if isinstance(option, (list, tuple)) else (option, option) for option in select.options]
+    if current != options:
+        select.options = list[str | tuple[Any, str]](options)

@@ -264,7 +264,8 @@ class TimeRangeControl:
         """Draw ``result`` and say what is shown."""
         self.view.show_history(result)
         shown = describe_range(self.time_range) if self.time_range is not None else "past range"
-        text = f"{shown} · {describe_seconds(result.step_s)} buckets · {BAND_NOTE}"
+        band = getattr(self.view, "band_note", BAND_NOTE)
+        text = f"{shown} · {describe_seconds(result.step_s)} buckets" + (f" · {band}" if band else "")
         if not has_readings(result):
             text += " · no readings in this range"
         self._say(text)

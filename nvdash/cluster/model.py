@@ -146,7 +146,7 @@ class ClusterPod:
     uuid: str
     resource: str
     sharing: str
-    """``whole``, ``mig``, ``shared`` (time-slicing or MPS) or ``vgpu``."""
+    """``whole``, ``mig``, ``shared`` (time-slicing), ``mps`` or ``vgpu``."""
     mig_profile: str = ""
     mig_instance: str = ""
     utilization_pct: float | None = None
@@ -373,16 +373,17 @@ def mig_slices(profile: str) -> int | None:
 def gpu_shares(pods: Sequence[ClusterPod]) -> list[float]:
     """Each allocation's share of a whole GPU: 1 for a whole GPU, slices / 7 for a MIG instance, and 1 / N for
     each of the N pods sharing a GPU (time-slicing, MPS, vGPU)."""
+    shared_kinds = ("shared", "mps", "vgpu")
     sharing: dict[tuple[str, int], int] = {}
     for pod in pods:
-        if pod.sharing in ("shared", "mps", "vgpu"):
+        if pod.sharing in shared_kinds:
             sharing[(pod.hostname, pod.gpu)] = sharing.get((pod.hostname, pod.gpu), 0) + 1
     shares = []
     for pod in pods:
         if pod.sharing == "mig":
             slices = mig_slices(pod.mig_profile)
             shares.append(slices / MIG_SLICES if slices else 0.0)
-        elif pod.sharing in ("shared", "mps", "vgpu"):
+        elif pod.sharing in shared_kinds:
             shares.append(1.0 / sharing[(pod.hostname, pod.gpu)])
         else:
             shares.append(1.0)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from nvdash.history import accounting_table, inventory_json
+from nvdash.history import accounting_table, inventory_json, share_table
 from nvdash.history.accounting_table import StoredTally
 from nvdash.history.catalog import gpu_raw_columns, gpu_row, host_raw_columns, host_row
 from nvdash.history.database import WriteLock, lock_for_writing, open_database, transaction
@@ -272,7 +272,9 @@ class HistoryWriter:
         host: list[tuple[Any, ...]] = []
         links: list[tuple[Any, ...]] = []
         processes: list[tuple[Any, ...]] = []
+        shares: list[tuple[Any, ...]] = []
         for snapshot in snapshots:
+            shares += share_table.share_rows(snapshot.time_s, snapshot.shares)
             gpu += gpu_rows(snapshot)
             host.append((snapshot.time_s, *host_row(snapshot.host)))
             for sample in snapshot.gpus:
@@ -290,6 +292,7 @@ class HistoryWriter:
                 connection.executemany(_host_insert(), host)
                 connection.executemany("INSERT OR IGNORE INTO nvlink_state (t, gpu, links) VALUES (?, ?, ?)", links)
                 connection.executemany(PROCESS_INSERT, processes)
+                connection.executemany(share_table.UPSERT, shares)
                 connection.executemany(EVENT_INSERT, [
                     (e.time_s, e.gpu_index, e.kind, e.severity, e.code, e.counter, e.message) for e in events])
                 if tallies:
@@ -332,6 +335,7 @@ class HistoryWriter:
         try:
             with transaction(self._connection) as connection:
                 self.stats.pruned_rows += prune(connection, horizon, self.retention_s)
+                self.stats.pruned_rows += share_table.prune(connection, horizon - self.retention_s)
                 if self.accounting is not None:
                     self.stats.pruned_rows += accounting_table.prune(
                         connection, horizon - self.accounting.retention_s)

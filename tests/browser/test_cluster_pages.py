@@ -111,8 +111,8 @@ def test_cluster_pods_lists_pods_idle_allocations_and_namespace_totals(cluster: 
         assert {(pod, node) for pod, node in zip(pods["pod"], pods["node"], strict=True)} == {
             (pod, node) for (_ns, pod), node in PODS.items()}
         kinds = dict(zip(pods["pod"], pods["kind"], strict=True))
-        assert kinds == {"train-llm": "whole GPU", "notebook": "whole GPU", "server-a": "shared (time-slicing, MPS)",
-                         "server-b": "shared (time-slicing, MPS)", "mig-train": "MIG instance",
+        assert kinds == {"train-llm": "whole GPU", "notebook": "whole GPU", "server-a": "time-sliced",
+                         "server-b": "time-sliced", "mig-train": "MIG instance",
                          "mig-idle": "MIG instance"}
         assert sorted(idle["pod"]) == ["mig-idle", "notebook"]
         # GPUs held: 4 + 1 whole ones; two halves of one shared GPU; 3/7 + 1/7 of a MIG GPU.
