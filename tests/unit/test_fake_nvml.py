@@ -145,6 +145,18 @@ def test_memory_info_v2_separates_the_driver_reservation(install: Install, clock
         pynvml.nvmlDeviceGetMemoryInfo(handle, version=0x01000028)
 
 
+def test_a_shared_gpus_used_memory_is_what_its_processes_hold(install: Install, clock: FakeClock) -> None:
+    """No training rank holds the job's memory on the time-sliced GPU: nvidia-smi's used memory (v2) is the driver's
+    few MiB plus what the three processes hold (12000 + 8000 + 4000 MiB), and each process lists its own amount."""
+    install("timesliced")
+    clock.at(90.0)
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    v2 = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+    listed = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    assert sorted(p.usedGpuMemory // MIB for p in listed) == [4000, 8000, 12000]
+    assert v2.used == (4 + 12000 + 8000 + 4000) * MIB
+
+
 def test_temperature_sensor_and_power_units(install: Install, clock: FakeClock) -> None:
     fake = install("dgx-h100")
     clock.at(120.0)

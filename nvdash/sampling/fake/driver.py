@@ -28,6 +28,8 @@ from .workload import VIDEO_SAMPLING_PERIOD_US, VIOLATION_REASONS, Workload
 
 _PCIE_THROUGHPUT_WINDOW_S = 0.02
 _FIELD_LATENCY_US = 3
+IDLE_DRIVER_BYTES = 4 * 1024 * 1024
+"""What the driver uses on a GPU beyond its reservation with no job on it (the workload's idle GPUs use as much)."""
 _OK = c.NVML_SUCCESS
 _NVLINK_CAPABILITIES = {
     c.NVML_NVLINK_CAP_P2P_SUPPORTED: 1,
@@ -136,10 +138,18 @@ class FakeDriver:
         return self.usage.mig_of(handle) is not None
 
     def _memory_used(self, gpu: int, t: float) -> int:
-        """Used memory, driver reservation included: the job's, fixed-size processes', or the MIG instances'."""
+        """Used memory, driver reservation included: the job's, fixed-size processes', or the MIG instances'.
+
+        The job's memory is there only while a rank of the job (a process holding a ``memory_share`` of it) runs on
+        the GPU: on a GPU whose processes all hold fixed amounts (a shared GPU), used memory is the reservation, a
+        few MiB of the driver's own, and those amounts, as ``nvidia-smi`` would add them up."""
         if self.usage.mig.enabled(gpu):
             return self.profile.memory_reserved_bytes + self.usage.parent_mig_used(gpu)
-        return self.workload.memory_used_bytes(gpu, t) + self.usage.whole_gpu_fixed_bytes(gpu)
+        fixed = self.usage.whole_gpu_fixed_bytes(gpu)
+        processes = self.usage.running(gpu)
+        if processes and not any(spec.memory_share > 0 for spec in processes):
+            return self.profile.memory_reserved_bytes + IDLE_DRIVER_BYTES + fixed
+        return self.workload.memory_used_bytes(gpu, t) + fixed
 
     def inject_xid(self, device: int, xid: int, t: float) -> None:
         """XID ``xid`` on ``device`` at ``t`` s: its side effects on the counters and its events."""
