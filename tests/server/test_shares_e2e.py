@@ -21,8 +21,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nvdash.sampling.fake.mig import mig_uuid
-from nvdash.sampling.fake.profiles import PROFILES, gpu_uuid
 from nvdash.sampling.fake.processes import SAMPLE_PERIOD_S
+from nvdash.sampling.fake.profiles import PROFILES, gpu_uuid
 from tests.conftest import NvdashServer, get_json, nvdash_server, wait_for
 from tests.server.kubelet_pods import kubelet_cgroups, place, pod_log_dirs
 from tests.server.test_metrics_endpoint import scrape
@@ -219,3 +219,79 @@ def test_time_sliced_pods_get_their_shares_on_every_http_surface(
         elapsed_s = max(row["end_s"] for row in rows.values()) - min(row["start_s"] for row in rows.values())
         print(f"pods' GPU time {total:.3f} s of {elapsed_s:.3f} s elapsed")
         assert total < elapsed_s
+
+
+MIG_GPU0 = gpu_uuid("h100-mig", 0, 0)
+MIG_LAYOUT = dict(PROFILES["h100-mig"].mig_layout)[0]
+MIG_PODS = (("llm", 0, 0.85, 24000), ("notebook", 1, 0.5, 12288))
+"""(pod, index of its instance in the layout, SM share, MiB): the 3g.40gb and the 2g.20gb instances."""
+
+
+def test_mig_pods_get_their_instances_activity_on_every_http_surface(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, sleepers: list[subprocess.Popen[bytes]]
+) -> None:
+    logs = tmp_path / "pods"
+    sock = tmp_path / "kubelet.sock"
+    instances = {name: MIG_LAYOUT[index] for name, index, _, _ in MIG_PODS}
+    uuids = {name: mig_uuid(MIG_GPU0, spec.gpu_instance_id, spec.compute_instance_id)
+             for name, spec in instances.items()}
+    lister = Lister(pods=[
+        Pod(NAMESPACE, name, [Container(CONTAINER, {f"nvidia.com/mig-{spec.profile}": [uuids[name]]})])
+        for name, spec in instances.items()])
+    children = sleepers[:len(MIG_PODS)]
+    listed = ";".join(f"process:0/{index}:{child.pid}:{share}:{mib}"
+                      for child, (_, index, share, mib) in zip(children, MIG_PODS, strict=True))
+    with kubelet_cgroups(len(MIG_PODS)) as cgroups, serve_pods(sock, tmp_path_factory.mktemp("kubelet_api"), lister):
+        for child, (_, leaf) in zip(children, cgroups, strict=True):
+            place(child.pid, leaf)
+        pod_log_dirs(logs, [(NAMESPACE, name, pod_uid, CONTAINER)
+                            for (name, *_), (pod_uid, _) in zip(MIG_PODS, cgroups, strict=True)])
+        args = ["--simulate", "h100-mig", "--interval", str(INTERVAL_S), "--process-interval",
+                str(PROCESS_INTERVAL_S), "--no-history", "--kubelet-socket", str(sock), "--pod-log-dir", str(logs)]
+        with nvdash_server(args, env={"NVDASH_FAKE_FAULTS": f"clear_processes:0;{listed}"}) as server:
+            def document() -> dict[str, Any]:
+                return get_json(server.url + "/api/processes.json")
+
+            def busy(found: dict[str, Any]) -> bool:
+                units = [unit_of(found, uuid_) for uuid_ in uuids.values()]
+                return all(u is not None and u["owners"] and u["owners"][0]["sm_pct"] for u in units)
+
+            # processes.json: each instance's one pod has all of the instance's activity (the same document's).
+            found = wait_for(document, busy, timeout_s=60.0)
+            (gpu0,) = [gpu for gpu in found["gpus"] if gpu["uuid"] == MIG_GPU0]
+            activity = {instance["uuid"]: instance["sm_active_pct"] for instance in gpu0["mig"]["instances"]}
+            for name, uuid_ in uuids.items():
+                unit = unit_of(found, uuid_)
+                assert unit is not None
+                (owner,) = unit["owners"]
+                assert (owner["kind"], owner["namespace"], owner["pod"], owner["container"]) == (
+                    "pod", NAMESPACE, name, CONTAINER)
+                assert unit["measured"]
+                assert unit["sharing"] == "mig"
+                assert owner["sm_pct"] == activity[uuid_] == unit["utilization_pct"]
+                assert owner["fraction"] == 1.0
+                assert unit["unattributed"]["sm_pct"] == 0.0
+
+            # /metrics: the pods' shares carry their instances' labels.
+            def shares() -> dict[str, dict[str, str]]:
+                return {labels["pod"]: labels for labels, value in families(server)["nvdash_pod_gpu_sm_share_ratio"]
+                        if labels["UUID"] == MIG_GPU0 and value > 0}
+
+            labelled = wait_for(shares, lambda s: set(s) == set(uuids), timeout_s=30.0)
+            for name, spec in instances.items():
+                labels = labelled[name]
+                assert (labels["GPU_I_ID"], labels["GPU_I_PROFILE"], labels["sharing"]) == (
+                    str(spec.gpu_instance_id), spec.profile, "mig")
+                assert (labels["namespace"], labels["container"]) == (NAMESPACE, CONTAINER)
+
+            # Accounting: each pod is charged its busy instance.
+            def pod_rows() -> dict[str, dict[str, Any]]:
+                rows = get_json(server.url + "/api/accounting.json?range=today&by=pod")["rows"]
+                return {row["key"].split("/")[1]: row for row in rows if row["key"].startswith(f"{NAMESPACE}/")}
+
+            rows = wait_for(pod_rows, lambda r: set(r) == set(uuids) and all(x["busy_hours"] > 0 for x in r.values()),
+                            timeout_s=60.0)
+            print({name: (row["gpu_seconds"], row["busy_hours"], row["energy_j"]) for name, row in rows.items()})
+            for row in rows.values():
+                assert row["gpus"] == [0]
+                assert row["energy_j"] > 0
