@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import subprocess
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -54,3 +55,15 @@ def pod_log_dirs(root: Path, pods: Sequence[tuple[str, str, str, str]]) -> None:
     (namespace, pod, uid, container)."""
     for namespace, pod, pod_uid, container in pods:
         (root / f"{namespace}_{pod}_{pod_uid}" / container).mkdir(parents=True)
+
+
+@contextlib.contextmanager
+def sleeping(count: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``count`` real ``sleep`` processes, killed afterwards."""
+    started = [subprocess.Popen(["sleep", "600"]) for _ in range(count)]
+    try:
+        yield started
+    finally:
+        for child in started:
+            child.kill()
+            child.wait(10)

@@ -24,7 +24,7 @@ from nvdash.sampling.fake.mig import mig_uuid
 from nvdash.sampling.fake.processes import SAMPLE_PERIOD_S
 from nvdash.sampling.fake.profiles import PROFILES, gpu_uuid
 from tests.conftest import NvdashServer, get_json, nvdash_server, wait_for
-from tests.server.kubelet_pods import kubelet_cgroups, place, pod_log_dirs
+from tests.server.kubelet_pods import kubelet_cgroups, place, pod_log_dirs, sleeping
 from tests.server.test_metrics_endpoint import scrape
 from tests.unit.kubelet_server import Container, Lister, Pod, serve_pods
 
@@ -69,11 +69,8 @@ class Reading:
 
 @pytest.fixture
 def sleepers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started = [subprocess.Popen(["sleep", "600"]) for _ in PODS]
-    yield started
-    for child in started:
-        child.kill()
-        child.wait(10)
+    with sleeping(len(PODS)) as started:
+        yield started
 
 
 def families(server: NvdashServer) -> dict[str, list[tuple[dict[str, str], float]]]:
