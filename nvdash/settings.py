@@ -48,6 +48,8 @@ class Settings:
     """Seconds between readings of the GPU processes, pods and MIG instances; 0 turns them off."""
     kubelet_socket: str = DEFAULT_SOCKET
     """The kubelet's pod-resources socket, for pod and container names."""
+    pod_log_dir: str = "/var/log/pods"
+    """The kubelet's pod log directory: its ``<namespace>_<pod>_<uid>`` entries name the pods of processes."""
     history: bool = True
     """Whether readings are recorded on disk (``--no-history`` turns it off)."""
     history_path: str | None = None

@@ -132,6 +132,13 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
         help="the kubelet's pod-resources socket, for pod names "
         "(default /var/lib/kubelet/pod-resources/kubelet.sock)",
     )
+    parser.add_argument(
+        "--pod-log-dir",
+        default=None,
+        metavar="PATH",
+        help="the kubelet's pod log directory, whose <namespace>_<pod>_<uid> entries name the pods of processes "
+        "(default /var/log/pods; where nvdash runs in a container, the host's directory as mounted there)",
+    )
     add_history_path(parser)
     parser.add_argument("--no-history", action="store_true", help="do not record readings on disk")
     parser.add_argument("--hostname", default=None, help="the Hostname label of /metrics (default: this machine's)")
@@ -389,6 +396,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         faults=environ.get(ENV_FAULTS) or None,
         process_interval_s=process_interval,
         kubelet_socket=args.kubelet_socket or defaults.kubelet_socket,
+        pod_log_dir=args.pod_log_dir or defaults.pod_log_dir,
         history=enabled,
         history_path=path,
         retention_s=retention,

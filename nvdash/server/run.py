@@ -36,9 +36,6 @@ from nvdash.settings import Settings
 from nvdash.store import Store
 from nvdash.supervision import Supervisor
 
-POD_LOG_DIR = Path("/var/log/pods")
-"""Where the kubelet keeps each pod's logs, in directories named ``<namespace>_<pod>_<uid>``."""
-
 
 class StartupError(Exception):
     """The server could not start; the message is one line for the user."""
@@ -50,10 +47,11 @@ def _usage_collector(settings: Settings, hardware: Hardware, supervisor: Supervi
     if settings.process_interval_s <= 0:
         return None
     watcher = PodResourcesWatcher(PodResourcesClient(settings.kubelet_socket), supervisor=supervisor)
+    pod_log_dir = Path(settings.pod_log_dir)
     watcher.start()
     hardware.on_close(watcher.stop)
     return UsageCollector(hardware.gpus, HostProcessTable(names=names), watcher,
-                          lambda: pod_names_from_logs(POD_LOG_DIR))
+                          lambda: pod_names_from_logs(pod_log_dir))
 
 
 def _accountant(settings: Settings, inventory: Inventory, names: NameResolver) -> Accountant:

@@ -9,11 +9,8 @@ that window (read from the fake's ``Workload``, never from nvdash).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import secrets
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,10 +30,9 @@ from nvdash.sampling.share_records import UnitShares
 from nvdash.sampling.usage import UsageCollector
 from nvdash.store import Store
 from tests.conftest import wait_for
+from tests.server.kubelet_pods import kubelet_cgroups
 from tests.unit.kubelet_server import Container, Lister, Pod, serve_pods
 
-PIDS_ROOT = Path("/sys/fs/cgroup/pids")
-POD_PARENT = PIDS_ROOT / "kubepods" / "besteffort"
 INTERVAL_S = 0.25
 USAGE_INTERVAL_S = 2.0
 WINDOWS = 6
@@ -58,32 +54,6 @@ def tolerance_pct(share: float, window_s: float) -> float:
 
 
 PODS = ("alpha", "beta", "gamma")
-
-
-@contextlib.contextmanager
-def kubelet_cgroups(count: int) -> Iterator[list[tuple[str, Path]]]:
-    """``count`` (pod UID, container cgroup directory) pairs under the pids hierarchy; removed afterwards."""
-    created: list[Path] = []
-    try:
-        POD_PARENT.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        pytest.skip(f"the cgroup v1 pids hierarchy is not writable here ({error}): cannot place processes in pods")
-    pairs = []
-    try:
-        for _ in range(count):
-            pod_uid = str(uuid.uuid4())
-            leaf = POD_PARENT / f"pod{pod_uid}" / secrets.token_hex(32)
-            leaf.mkdir(parents=True)
-            created += [leaf.parent, leaf]
-            pairs.append((pod_uid, leaf))
-        yield pairs
-    finally:
-        for directory in reversed(created):
-            for pid in (directory / "cgroup.procs").read_text().split() if directory.exists() else ():
-                with contextlib.suppress(OSError):
-                    (PIDS_ROOT / "cgroup.procs").write_text(pid)
-            with contextlib.suppress(OSError):
-                directory.rmdir()
 
 
 @pytest.fixture

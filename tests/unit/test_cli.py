@@ -45,6 +45,8 @@ def test_all_options() -> None:
             "5",
             "--kubelet-socket",
             "/run/kubelet/pod-resources.sock",
+            "--pod-log-dir",
+            "/host/var/log/pods",
         ],
         {},
     )
@@ -61,12 +63,14 @@ def test_all_options() -> None:
         retention_s=30 * 86400.0,
         process_interval_s=5.0,
         kubelet_socket="/run/kubelet/pod-resources.sock",
+        pod_log_dir="/host/var/log/pods",
     )
 
 
 def test_process_collection_defaults_and_off() -> None:
     assert parse_settings([], {}).process_interval_s == 2.0
     assert parse_settings([], {}).kubelet_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert parse_settings([], {}).pod_log_dir == "/var/log/pods"
     assert parse_settings(["--process-interval", "0"], {}).process_interval_s == 0.0
 
 

@@ -8,10 +8,13 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote
 
+from .listed_processes import parse_clear, parse_process
+from .usage_specs import ProcessSpec
+
 _MAX_XID = 1000
 FaultKind = Literal[
     "lose", "slow", "unsupported", "fail_init", "xid", "hang_host", "name", "process",
-    "pcie_wrap", "driver_reload", "mig",
+    "pcie_wrap", "driver_reload", "mig", "clear_processes",
 ]
 PCIE_WRAP_BITS = 32
 """The width ``pcie_wrap`` wraps the PCIe byte counters at unless told (the hardware counter on some GPUs)."""
@@ -22,8 +25,9 @@ NAME_LIMIT = 95
 SPEC_SYNTAX = (
     "expected ITEM[;ITEM...], each ITEM one of lose:DEVICE, slow:FUNCTION:SECONDS[:DEVICE], "
     "unsupported:FUNCTION[:DEVICE], fail_init:CODE, xid:CODE:DEVICE, hang_host:PATH, name:DEVICE:TEXT "
-    "(percent-encoded), process:DEVICE:PID, pcie_wrap[:BITS], driver_reload or mig:DEVICE:on|off, optionally "
-    "followed by @SECONDS after start (not for name and process: from the start)"
+    "(percent-encoded), process:UNIT:PID[:SM_SHARE[:MEMORY_MIB[:KINDS]]], clear_processes:DEVICE, "
+    "pcie_wrap[:BITS], driver_reload or mig:DEVICE:on|off, optionally "
+    "followed by @SECONDS after start (not for name, process and clear_processes: from the start)"
 )
 
 
@@ -34,6 +38,8 @@ class MigSupport:
     profile: str
     capable: bool
     layouts: frozenset[int] = frozenset()
+    instances: tuple[tuple[int, int], ...] = ()
+    """(GPU, number of MIG instances of its layout) for each GPU with a layout."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,8 @@ class Fault:
     """The product name of ``name``."""
     enabled: bool = False
     """The MIG mode ``mig`` turns to."""
+    process: ProcessSpec | None = None
+    """The process ``process`` lists (see :mod:`.listed_processes`)."""
 
 
 def check_function(function: str, functions: Collection[str]) -> str:
@@ -148,18 +156,18 @@ def _parse_item(item: str, functions: Collection[str], gpu_count: int, mig: MigS
         return Fault("driver_reload", at_s=at_s)
     if kind == "mig" and len(params) == 2:
         return _mig(params, gpu_count, mig, at_s)
-    if kind in ("name", "process") and at_sign:
+    if kind in ("name", "process", "clear_processes") and at_sign:
         raise ValueError(f"{kind} applies from the start: it takes no @SECONDS")
     if kind == "name" and len(params) == 2:
         text = unquote(params[1], errors="strict")
         if not 0 < len(text.encode()) <= NAME_LIMIT:
             raise ValueError(f"a name must be 1 to {NAME_LIMIT} bytes once decoded")
         return Fault("name", device=check_device(_integer(params[0], "device"), gpu_count), text=text)
-    if kind == "process" and len(params) == 2:
-        pid = _integer(params[1], "PID")
-        if pid <= 0:
-            raise ValueError(f"PID {pid} must be positive")
-        return Fault("process", code=pid, device=check_device(_integer(params[0], "device"), gpu_count))
+    if kind == "process":
+        spec = parse_process(params, gpu_count, dict(mig.instances) if mig is not None else {})
+        return Fault("process", code=spec.pid, device=spec.gpu, process=spec)
+    if kind == "clear_processes":
+        return Fault("clear_processes", device=parse_clear(params, gpu_count))
     raise ValueError("unknown fault or wrong number of fields")
 
 
@@ -188,7 +196,9 @@ def parse_faults(
     NVML calls run in a pool and cannot stall the sweeps); ``PATH`` may not hold ``;`` or ``@``.
     ``name:DEVICE:TEXT`` makes ``DEVICE`` report the percent-decoded TEXT as its product name, and
     ``process:DEVICE:PID`` lists the (real, host-visible) process PID on it: tests feed odd or hostile text
-    through them (names with markup, a started process's command line) to a server they run as a subprocess.
+    through them (names with markup, a started process's command line) to a server they run as a subprocess;
+    ``process`` also takes an SM share, memory, kinds and a MIG instance, and ``clear_processes:DEVICE`` removes the
+    profile's own processes (see :mod:`.listed_processes`).
     ``pcie_wrap[:BITS]`` makes the PCIe byte counters count modulo ``2**BITS`` (default 32) from 0 at ``@SECONDS``
     (so they wrap every ``2**BITS`` bytes moved); ``driver_reload`` reloads the driver at ``@SECONDS`` (the PCIe byte
     and energy counters start over from 0); ``mig:DEVICE:on|off`` turns ``DEVICE``'s MIG mode on (with the profile's
@@ -250,7 +260,8 @@ class FaultState:
         elif fault.kind == "mig" and fault.device is not None:
             self._mig_changes.append((fault.device, fault.enabled))
         # "xid" faults are events, delivered by the driver's event sets; "hang_host" is the host reading's (see
-        # nvdash.sampling.fake.host); "name", "process", "pcie_wrap" and "driver_reload" change the driver.
+        # nvdash.sampling.fake.host); "name", "process", "clear_processes", "pcie_wrap" and
+        # "driver_reload" change the driver.
 
     def take_mig_changes(self) -> list[tuple[int, bool]]:
         """The (GPU, MIG mode) changes come due since the last call, in their order, for the owner to make."""

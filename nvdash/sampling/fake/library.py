@@ -163,7 +163,8 @@ class FakeNvmlLibrary:
     def apply_faults(self, spec: str) -> None:
         """Apply a compact fault spec (see ``faults.parse_faults``); items with ``@T`` wait until T s after start."""
         profile = self.profile
-        mig = MigSupport(profile.name, profile.mig_capable, frozenset(gpu for gpu, _ in profile.mig_layout))
+        mig = MigSupport(profile.name, profile.mig_capable, frozenset(gpu for gpu, _ in profile.mig_layout),
+                         tuple((gpu, len(layout)) for gpu, layout in profile.mig_layout))
         faults = parse_faults(spec, self._specs, profile.gpu_count, mig)
         for fault in faults:
             self._add(fault)
@@ -180,8 +181,11 @@ class FakeNvmlLibrary:
         if fault.device is not None and fault.kind == "name":
             self._driver.names[fault.device] = fault.text
             return
-        if fault.device is not None and fault.kind == "process":
-            self.add_process(fault.device, fault.code)
+        if fault.process is not None:
+            self._driver.usage.processes.add(fault.process)
+            return
+        if fault.device is not None and fault.kind == "clear_processes":
+            self._driver.usage.processes.clear_own(fault.device)
             return
         if fault.device is not None and fault.kind in ("xid", "lose"):
             xid = fault.code if fault.kind == "xid" else c.XID_FALLEN_OFF_BUS

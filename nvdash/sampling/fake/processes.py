@@ -53,6 +53,12 @@ class ProcessTable:
             self._specs = kept
         return removed
 
+    def clear_own(self, gpu: int) -> None:
+        """Stop listing the profile's own processes on ``gpu`` (those added stay)."""
+        own = set(self._profile.processes)
+        with self._lock:
+            self._specs = [s for s in self._specs if s.gpu != gpu or s not in own]
+
     def on_gpu(self, gpu: int) -> list[ProcessSpec]:
         """The processes on ``gpu`` (a copy)."""
         with self._lock:
