@@ -4,6 +4,7 @@ and every surface reading the store's judge."""
 from __future__ import annotations
 
 from nvdash.health.quota_judge import SUSTAIN_READINGS, UNUSED_AFTER_S, QuotaJudge, store_findings, watch
+from nvdash.health.quotas import QuotaFinding
 from nvdash.sampling.records import HostSample, Snapshot
 from nvdash.sampling.usage_records import GpuProcess, Grant, Usage
 from nvdash.server.usage_json import processes_json
@@ -19,8 +20,8 @@ def reading(time_s: float, sm: float | None, grants: list[Grant] | None = None,
                  grants=tuple([hami("busy", GPU0, None, core=30.0)] if grants is None else grants))
 
 
-def kinds(found: tuple[object, ...]) -> list[str]:
-    return [getattr(f, "kind") for f in found]
+def kinds(found: tuple[QuotaFinding, ...]) -> list[str]:
+    return [f.kind for f in found]
 
 
 def test_compute_above_the_quota_holds_only_when_sustained_over_three_readings() -> None:
