@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from nvdash.health.quota_judge import SUSTAIN_READINGS, UNUSED_AFTER_S, QuotaJudge, store_findings, watch
 from nvdash.health.quotas import QuotaFinding
+from nvdash.metrics.quota_families import FINDING_FAMILY as FINDING
 from nvdash.sampling.records import HostSample, Snapshot
 from nvdash.sampling.usage_records import GpuProcess, Grant, Usage
 from nvdash.server.usage_json import processes_json
 from nvdash.store import Store
+from tests.server.test_quotas import metric_samples
 from tests.unit.test_apps_processes import INVENTORY
 from tests.unit.test_quotas import GPU0, GPUS, hami, proc
 
@@ -77,6 +79,7 @@ def test_the_stores_judge_is_what_processes_json_says() -> None:
         found = store_findings(store, store.latest())
         assert kinds(found) == (["compute_over_quota"] if i == SUSTAIN_READINGS - 1 else [])
         assert [f["kind"] for f in processes_json(store)["quota_findings"]] == kinds(found)
+        assert [labels["finding"] for labels, _value in metric_samples(store, FINDING)] == kinds(found)
     bare = Store(INVENTORY, capacity=10)
     bare.append(Snapshot(0.0, (), HostSample(), usage=reading(0.0, 80.0)))
     assert kinds(store_findings(bare, bare.latest())) == ["compute_over_quota"], "no judge: one reading's"
