@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 
 from bokeh.models.widgets import HTMLTemplateFormatter, TableColumn
 
-from nvdash.health.quotas import SCHEME_NAMES, QuotaFinding, grant_use
+from nvdash.health.quota_judge import SUSTAIN_READINGS
+from nvdash.health.quotas import COMPUTE_TOLERANCE_PCT, SCHEME_NAMES, QuotaFinding, grant_use
 from nvdash.sampling.grants import limits_per_gpu
 from nvdash.sampling.share_records import UnitShares
 from nvdash.sampling.usage_records import GpuProcess, Grant, Usage
@@ -39,6 +40,8 @@ FINDING_NAMES = {"memory_over_quota": "memory over quota", "compute_over_quota":
                  "quota_unused": "quota unused", "unallocated_use": "use without allocation"}
 FLAG = "\u26a0 "
 FLAG_COLOR = "#d62728"
+PENDING = "above quota now (not sustained)"
+PENDING_COLOR = "#8c8c8c"
 _NUMBERS = {"core": "core_pct", "sm": "sm_pct", "memory_quota": "memory_quota_bytes", "memory": "memory_bytes"}
 _EXTRA = ("finding_text", "flag_color")
 _RIGHT = '<div style="text-align:right"><%- {} %></div>'
@@ -107,9 +110,15 @@ def quota_columns(usage: Usage | None, shares: Sequence[UnitShares],
     for grant in usage.grants:
         use = grant_use(usage.processes, grant, shares)
         gpu = grant.gpu_uuid or (next(iter(use.gpus)) if len(use.gpus) == 1 else None)
+        mine = _grant_findings(grant, findings)
+        flagged = _finding(mine)
+        if (not mine and grant.core_pct is not None and use.sm_pct is not None
+                and use.sm_pct > grant.core_pct + COMPUTE_TOLERANCE_PCT):
+            flagged = (PENDING, f"Above the core quota in this reading only; flagged after {SUSTAIN_READINGS} "
+                       "readings in a row.", PENDING_COLOR)
         _add(data, _Row(_who(grant.namespace, grant.pod, grant.container), SCHEME_NAMES.get(grant.scheme, grant.scheme),
                         grant.source, _gpu(gpu, usage), grant.core_pct, use.sm_pct, grant.memory_bytes,
-                        use.memory_bytes if use.processes else 0, _finding(_grant_findings(grant, findings))))
+                        use.memory_bytes if use.processes else 0, flagged))
     for process in usage.processes:
         limits = process.host.limits if process.host is not None else None
         if limits is None or process.pod_name is not None:

@@ -2,8 +2,9 @@
 
 One reading is not enough for two findings (see :func:`~nvdash.health.quotas.quota_findings` for one reading):
 
-- compute above the core quota holds only after :data:`SUSTAIN_READINGS` readings in a row flag it (the SM share of
-  one short window is noisy: a kernel that starts late in one window shows as a burst);
+- compute above the core quota holds only after :data:`SUSTAIN_READINGS` readings in a row flag it, and ends only
+  after as many readings in a row do not (the SM share of one short window is noisy: a kernel that starts late in
+  one window shows as a burst, one that waits on data as a dip); while it ends, the last reading above is shown;
 - a quota is unused only when its pod ran no process on it for :data:`UNUSED_AFTER_S`, counted from the later of
   the reading that first showed the grant and the last reading its pod used it in.
 
@@ -52,6 +53,9 @@ class QuotaJudge:
         self._lock = threading.Lock()
         self._grants: dict[_Key, _Track] = {}
         self._over: dict[_Key, int] = {}
+        """Readings in a row above the quota, per grant."""
+        self._held: dict[_Key, tuple[QuotaFinding, int]] = {}
+        """Compute findings that hold: the last reading above the quota, and the readings in a row since then."""
         self._judged: deque[tuple[Usage, tuple[QuotaFinding, ...]]] = deque(maxlen=_KEPT)
         self._last_s: float | None = None
 
@@ -97,13 +101,18 @@ class QuotaJudge:
         over = {_key(f, f.gpu_uuid): self._over.get(_key(f, f.gpu_uuid), 0) + 1
                 for f in raw if f.kind == "compute_over_quota"}
         self._over = over
+        held: dict[_Key, tuple[QuotaFinding, int]] = {}
+        for key, (last, calm) in self._held.items():
+            if key not in over and calm + 1 < self.sustain_readings:
+                held[key] = (last, calm + 1)
         found: list[QuotaFinding] = []
         for finding in raw:
             key = _key(finding, finding.gpu_uuid)
             if finding.kind == "compute_over_quota":
-                if over[key] < self.sustain_readings:
-                    continue
-                found.append(replace(finding, text=f"{finding.text}, for {over[key]} readings in a row"))
+                if over[key] >= self.sustain_readings or key in self._held:
+                    judged = replace(finding, text=f"{finding.text}, for {self.sustain_readings} readings or more")
+                    held[key] = (judged, 0)
+                    found.append(judged)
             elif finding.kind == "quota_unused":
                 tracked = grants.get(key)
                 idle_s = 0.0 if tracked is None else now - (
@@ -112,6 +121,8 @@ class QuotaJudge:
                     found.append(replace(finding, text=f"{finding.text} for {idle_s / 60:.0f} min"))
             else:
                 found.append(finding)
+        found.extend(last for key, (last, calm) in held.items() if calm > 0)
+        self._held = held
         return tuple(found)
 
 

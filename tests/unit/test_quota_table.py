@@ -8,7 +8,7 @@ from dataclasses import replace
 from bokeh.models import ColumnDataSource
 from bokeh.models.widgets import DataTable, Div
 
-from nvdash.apps.quota_table import FLAG, FLAG_COLOR, quota_columns
+from nvdash.apps.quota_table import FLAG, FLAG_COLOR, PENDING, quota_columns
 from nvdash.health.quota_judge import watch
 from nvdash.health.quotas import QuotaFinding, quota_findings
 from nvdash.sampling.share_records import OwnerShare, ShareOwner, UnitShares
@@ -89,6 +89,8 @@ def test_the_page_shows_the_judged_quotas_and_hides_them_without_any() -> None:
     assert page.named("quota-title", Div).visible
     assert list(source.data["owner"]) == ["ml/busy/main", "pid 4 (no pod)"]
     assert list(source.data["finding"]) == [FLAG + "memory over quota"] * 2, "compute above quota: one reading only"
+    alone = replace(BUSY, memory_bytes=None)
+    assert quota_columns(replace(USAGE, grants=(alone,)), SHARES, ())["finding"][0] == PENDING
     for seq in (2, 3):
         ctx.store.append(replace(snapshot(float(seq), replace(USAGE, time_s=float(seq), grants=(BUSY,))),
                                  shares=SHARES))
