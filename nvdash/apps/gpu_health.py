@@ -52,7 +52,8 @@ from nvdash.apps.rows import FloatArray, gpu_sample, time_ms
 from nvdash.apps.theme import apply_theme
 from nvdash.apps.time_range import TimeRangeControl
 from nvdash.health.hints import Hint, bottleneck_hints
-from nvdash.health.quotas import QuotaFinding, snapshot_findings
+from nvdash.health.quota_judge import store_findings
+from nvdash.health.quotas import QuotaFinding
 from nvdash.health.status import GpuHealth, Status, evaluate, evaluate_gpu
 from nvdash.health.xid import xid_info
 from nvdash.history.query import HistoryResult, Series
@@ -459,7 +460,7 @@ class HealthView:
         events = store.events()
         idle = tuple(self.accounting.idle()[1]) if self.accounting is not None else ()
         text = self.ticks.latest(("health status", event_seq, idle, age_step), latest, lambda newest: status_html(
-            inventory, evaluate(inventory, newest, events, now, idle=idle), snapshot_findings(newest)))
+            inventory, evaluate(inventory, newest, events, now, idle=idle), store_findings(store, newest)))
         if text != self.status.text:
             self.status.text = text
         if event_seq != self.event_seq and self.past_events is None:

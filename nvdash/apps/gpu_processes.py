@@ -1,6 +1,7 @@
 """GPU Processes: who uses the GPUs. A sortable, filterable table of the processes on each GPU (with their user,
 container, pod and MIG instance), a bar per GPU showing which processes fill its memory, the shares of each GPU's
-work, power and energy by owner (see ``share_table``), and the pods that hold a GPU without running anything on it.
+work, power and energy by owner (see ``share_table``), each vGPU or MPS quota against its use (see ``quota_table``),
+and the pods that hold a GPU without running anything on it.
 
 Everything comes from the newest snapshot's ``usage`` (refreshed by the sampler every few seconds); the table is
 rebuilt only when a new usage reading arrives or a filter changes, and filtering happens here, in Python.
@@ -8,7 +9,7 @@ rebuilt only when a new usage reading arrives or a filter changes, and filtering
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bokeh.document import Document
@@ -31,8 +32,11 @@ from nvdash.apps.process_bars import bar_categories, refresh, refresh_factors
 from nvdash.apps.process_memory import memory_columns
 from nvdash.apps.process_notes import IDLE_COLUMNS, idle_columns, idle_note, status_html
 from nvdash.apps.process_table import ALL, KEEP_ALL, ProcessFilter, choices, filter_values, table_columns
+from nvdash.apps.quota_table import quota_columns, quota_table_columns
 from nvdash.apps.share_table import share_columns, share_table_columns
 from nvdash.apps.theme import apply_theme
+from nvdash.health.quota_judge import store_findings
+from nvdash.health.quotas import QuotaFinding, snapshot_findings
 from nvdash.live.follow import follow, latest, pause_toggle, refresh_batch
 from nvdash.live.stages import Later
 from nvdash.live.ticks import TickCache
@@ -136,8 +140,11 @@ def _select(title: str, width: int, dark: bool, options: list[str | tuple[Any, s
 class ProcessesView:
     """The page's widgets and what they last showed; ``on_rows`` follows the store, the filters re-run the table."""
 
-    def __init__(self, gpus: Sequence[GpuInfo], dark: bool, ticks: TickCache | None = None) -> None:
+    def __init__(self, gpus: Sequence[GpuInfo], dark: bool, ticks: TickCache | None = None,
+                 findings: Callable[[Snapshot | None], tuple[QuotaFinding, ...]] = snapshot_findings) -> None:
         self.gpus = tuple(gpus)
+        self.findings = findings
+        """The judged quota findings of a snapshot (the store's judge on a server)."""
         self.usage: Usage | None = None
         self.snapshot: Snapshot | None = None
         """The snapshot shown (its usage is :attr:`usage`)."""
@@ -174,6 +181,13 @@ class ProcessesView:
         self.share_source = ColumnDataSource(data=share_columns((), None), name="shares")
         self.share_table = _table(self.share_source, share_table_columns(), dark, sizing_mode="stretch_width",
                                   height=table_height(0), name="share-table", visible=False)
+        self.quota_title = Div(text="<b>Quotas</b> "
+                               f'<span style="{_MUTED}">each vGPU or MPS quota against its use; '
+                               "a finding is flagged</span>",
+                               sizing_mode="stretch_width", styles=style, name="quota-title", visible=False)
+        self.quota_source = ColumnDataSource(data=quota_columns(None, (), ()), name="quotas")
+        self.quota_table = _table(self.quota_source, quota_table_columns(), dark, sizing_mode="stretch_width",
+                                  height=table_height(0), name="quota-table", visible=False)
         self.idle_title = Div(text="<b>Allocated, idle</b> "
                               f'<span style="{_MUTED}">GPUs given to a pod that runs nothing on them</span>',
                               sizing_mode="stretch_width", styles=style)
@@ -226,6 +240,7 @@ class ProcessesView:
         refresh(self.segments, segments)
         refresh(self.labels, labels)
         self._show_shares(snapshot)
+        self._show_quotas(snapshot)
         usage = None if snapshot is None else snapshot.usage
         if usage is not self.usage:
             self.usage = usage
@@ -242,6 +257,19 @@ class ProcessesView:
         for part in (self.share_title, self.share_table):
             _set(part, "visible", rows > 0)
         _set(self.share_table, "height", table_height(rows))
+
+    def _show_quotas(self, snapshot: Snapshot | None) -> None:
+        """The quotas table of ``snapshot`` (once per snapshot for every open page); sent only when it changed,
+        hidden while there is no grant and no finding."""
+        findings = self.findings
+        data = self.ticks.latest(("quotas",), snapshot, lambda newest: quota_columns(
+            None if newest is None else newest.usage, () if newest is None else newest.shares, findings(newest)))
+        if data != self.quota_source.data:
+            self.quota_source.data = {name: list(values) for name, values in data.items()}
+        rows = len(data["owner"])
+        for part in (self.quota_title, self.quota_table):
+            _set(part, "visible", rows > 0)
+        _set(self.quota_table, "height", table_height(rows))
 
     def _show_usage(self, usage: Usage | None) -> None:
         _set(self.status, "text", status_html(usage))
@@ -298,7 +326,8 @@ def _set(model: Any, name: str, value: Any) -> None:
 def build(doc: Document, ctx: AppContext) -> None:
     """The status, the filters and the table, the memory bars, the idle allocations; one periodic callback."""
     dark = apply_theme(doc)
-    view = ProcessesView(ctx.store.inventory.gpus, dark, ctx.ticks)
+    store = ctx.store
+    view = ProcessesView(store.inventory.gpus, dark, ctx.ticks, lambda snapshot: store_findings(store, snapshot))
     snapshot, seq = latest(ctx.store)
     view.show(snapshot)
     pause = pause_toggle()
@@ -307,5 +336,6 @@ def build(doc: Document, ctx: AppContext) -> None:
     add_page(doc, TITLE, row(view.status, pause, sizing_mode="stretch_width"), view.controls,
              Later(view.make_table, sizing_mode="stretch_width"),
              Later(view.make_memory, sizing_mode="stretch_width"),
-             view.share_title, view.share_table, view.idle_title, view.idle, view.idle_note, dark=dark,
+             view.share_title, view.share_table, view.quota_title, view.quota_table,
+             view.idle_title, view.idle, view.idle_note, dark=dark,
              staging=ctx.staging)

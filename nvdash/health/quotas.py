@@ -43,7 +43,9 @@ class QuotaFinding:
 
 
 @dataclass(frozen=True, slots=True)
-class _Use:
+class GrantUse:
+    """What a grant's pod (container) uses: memory held, SM % of the GPU, the GPUs it runs on, its processes."""
+
     memory_bytes: int | None
     sm_pct: float | None
     gpus: frozenset[str]
@@ -57,7 +59,7 @@ def quota_findings(usage: Usage, shares: Sequence[UnitShares] = ()) -> tuple[Quo
     unattributed = {p.gpu_uuid for p in usage.processes if p.pod_name is None}
     found: list[QuotaFinding] = []
     for grant in usage.grants:
-        use = _use(usage.processes, grant, shares)
+        use = grant_use(usage.processes, grant, shares)
         gpu = grant.gpu_uuid or (next(iter(use.gpus)) if len(use.gpus) == 1 else None)
         where = _gpu_text(gpu, index)
         who = "/".join(part for part in (grant.namespace, grant.pod, grant.container) if part)
@@ -96,7 +98,8 @@ def snapshot_findings(snapshot: Snapshot | None) -> tuple[QuotaFinding, ...]:
     return quota_findings(snapshot.usage, snapshot.shares)
 
 
-def _use(processes: Iterable[GpuProcess], grant: Grant, shares: Sequence[UnitShares]) -> _Use:
+def grant_use(processes: Iterable[GpuProcess], grant: Grant, shares: Sequence[UnitShares]) -> GrantUse:
+    """The use a grant is held against (see the module docstring)."""
     mine = [p for p in processes
             if (p.pod_namespace, p.pod_name) == (grant.namespace, grant.pod)
             and (grant.gpu_uuid is None or p.gpu_uuid == grant.gpu_uuid)
@@ -107,7 +110,7 @@ def _use(processes: Iterable[GpuProcess], grant: Grant, shares: Sequence[UnitSha
     if sm is None:
         sms = [p.sm_pct for p in mine if p.sm_pct is not None]
         sm = min(100.0, sum(sms)) if sms else None
-    return _Use(sum(memory) if memory else None, sm, gpus, len(mine))
+    return GrantUse(sum(memory) if memory else None, sm, gpus, len(mine))
 
 
 def _shared_sm(shares: Sequence[UnitShares], grant: Grant, gpus: frozenset[str]) -> float | None:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.metrics_core import Metric
 
+from nvdash.health.quota_judge import store_findings
 from nvdash.metrics.compat import Naming
 from nvdash.metrics.counters import Counter
 from nvdash.metrics.fields import (
@@ -363,7 +364,8 @@ class StoreCollector:
             if name in QUOTA_FAMILIES:
                 if quotas is None:
                     unit_shares = newest.shares if newest is not None and scrape.usage is not None else ()
-                    quotas = quota_families(scrape.usage, unit_shares, scrape.devices, self._quota_fallback())
+                    judged = store_findings(self.store, newest) if scrape.usage is not None else ()
+                    quotas = quota_families(scrape.usage, unit_shares, scrape.devices, self._quota_fallback(), judged)
                 yield self._filled(counter, quotas[name])
                 continue
             if name in PROCESS_FAMILIES:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client.metrics_core import Metric
 
-from nvdash.health.quotas import quota_findings
+from nvdash.health.quotas import QuotaFinding, quota_findings
 from nvdash.metrics.fields import QUOTA_FAMILIES
 from nvdash.sampling.share_records import UnitShares
 from nvdash.sampling.usage_records import Usage
@@ -22,8 +22,9 @@ Labels = dict[str, str]
 
 
 def quota_families(usage: Usage | None, shares: Sequence[UnitShares], devices: Mapping[str, Labels],
-                   fallback: Labels) -> dict[str, Metric]:
-    """The three families for ``usage`` (empty without one); ``devices`` maps a GPU UUID to its labels."""
+                   fallback: Labels, findings: Sequence[QuotaFinding] | None = None) -> dict[str, Metric]:
+    """The three families for ``usage`` (empty without one); ``devices`` maps a GPU UUID to its labels;
+    ``findings``: the judged findings of ``usage`` (see :mod:`nvdash.health.quota_judge`; default: one reading's)."""
     core = Metric(CORE_FAMILY, "", "gauge")
     memory = Metric(MEMORY_FAMILY, "", "gauge")
     finding = Metric(FINDING_FAMILY, "", "gauge")
@@ -37,7 +38,7 @@ def quota_families(usage: Usage | None, shares: Sequence[UnitShares], devices: M
             if grant.memory_bytes is not None:
                 memory.add_sample(MEMORY_FAMILY, labels, float(grant.memory_bytes))
         seen: set[tuple[tuple[str, str], ...]] = set()
-        for found in quota_findings(usage, shares):
+        for found in quota_findings(usage, shares) if findings is None else findings:
             base = devices.get(found.gpu_uuid, fallback) if found.gpu_uuid else fallback
             labels = {**base, "namespace": found.namespace, "pod": found.pod, "container": found.container,
                       "finding": found.kind}

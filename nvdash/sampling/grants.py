@@ -59,8 +59,8 @@ def environment_grants(processes: Iterable[GpuProcess]) -> tuple[Grant, ...]:
         if limits is None or process.pod_namespace is None or process.pod_name is None:
             continue
         owner = (process.pod_namespace, process.pod_name, process.container_name or "")
-        hami = _per_gpu(process, limits, limits.hami_memory_bytes, limits.hami_core_pct)
-        mps = _per_gpu(process, limits, limits.mps_pinned_memory_bytes, limits.mps_thread_pct)
+        hami = limits_per_gpu(process, limits, limits.hami_memory_bytes, limits.hami_core_pct)
+        mps = limits_per_gpu(process, limits, limits.mps_pinned_memory_bytes, limits.mps_thread_pct)
         found += [Grant(*owner, scheme="hami", source="environment", gpu_uuid=uuid, core_pct=core, memory_bytes=mem)
                   for uuid, core, mem in hami]
         found += [Grant(*owner, scheme="mps", source="environment", gpu_uuid=uuid, core_pct=core, memory_bytes=mem)
@@ -68,9 +68,10 @@ def environment_grants(processes: Iterable[GpuProcess]) -> tuple[Grant, ...]:
     return tuple(found)
 
 
-def _per_gpu(process: GpuProcess, limits: ProcessLimits, memory: tuple[tuple[int, int], ...],
+def limits_per_gpu(process: GpuProcess, limits: ProcessLimits, memory: tuple[tuple[int, int], ...],
              core_pct: float | None) -> list[tuple[str, float | None, int | None]]:
-    """(GPU UUID, core %, memory bytes) for each GPU the limits reach; empty when they set nothing."""
+    """(GPU UUID, core %, memory bytes) for each GPU the limits reach; empty when they set nothing (the GPU page
+    also shows an MPS client outside any pod against these)."""
     if not memory and core_pct is None:
         return []
     by_ordinal = dict(memory)

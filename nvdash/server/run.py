@@ -17,6 +17,7 @@ from nvdash.accounting.accountant import Accountant
 from nvdash.accounting.report import AccountingBook
 from nvdash.cluster import ClusterRuntime, open_cluster
 from nvdash.health.events import EventDetector
+from nvdash.health.quota_judge import watch as watch_quotas
 from nvdash.history.database import HistoryError
 from nvdash.metrics.counters import CountersError
 from nvdash.sampling.cgroups import pod_names_from_logs
@@ -78,6 +79,7 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
     hardware.on_close(names.stop)
     accountant = _accountant(settings, hardware.inventory, names)
     store.add_listener(accountant)
+    watch_quotas(store)
     try:
         history = open_history(settings, store, accountant, supervisor)
     except HistoryError as error:

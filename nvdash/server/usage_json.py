@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from nvdash.health.quotas import quota_findings
+from nvdash.health.quota_judge import store_findings
 from nvdash.sampling.usage_records import GpuProcess, GpuUsage, MigInstance, Usage
 from nvdash.server.shares_json import shares_json
 from nvdash.store import Store
@@ -94,7 +94,7 @@ def processes_json(store: Store) -> dict[str, Any]:
             "quota_findings": [],
         }
     idle = set(usage.idle_allocations())
-    findings = quota_findings(usage, latest.shares if latest is not None else ())
+    findings = store_findings(store, latest)
     return {
         "time_s": usage.time_s,
         "hostname": store.inventory.host.hostname,

@@ -93,10 +93,12 @@ def test_promtool_checks_and_tests_the_quota_rules(load: Load) -> None:
     groups = load(QUOTA_RULES)["groups"]
     assert [group["name"] for group in groups] == ["GPUQuota"]
     rules = {rule["alert"]: rule for rule in groups[0]["rules"]}
-    assert {name: (rule["expr"], rule["for"]) for name, rule in rules.items()} == {
+    assert {name: (rule["expr"], rule.get("for")) for name, rule in rules.items()} == {
         "NvdashPodGpuMemoryOverQuota": ('nvdash_pod_gpu_quota_finding{finding="memory_over_quota"} == 1', "1m"),
         "NvdashPodGpuComputeOverQuota": ('nvdash_pod_gpu_quota_finding{finding="compute_over_quota"} == 1', "5m"),
         "NvdashGpuUnallocatedUse": ('nvdash_pod_gpu_quota_finding{finding="unallocated_use"} == 1', "5m"),
+        # nvdash waits 10 minutes before it calls a quota unused (see nvdash.health.quota_judge).
+        "NvdashPodGpuQuotaUnused": ('nvdash_pod_gpu_quota_finding{finding="quota_unused"} == 1', None),
     }
     assert "nvdash-quota-alerts.yml" in load(CONFIG)["rule_files"]
 
