@@ -4,10 +4,12 @@ them, and the kubelet's pod log directories that name their pods."""
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import subprocess
+import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -58,10 +60,19 @@ def pod_log_dirs(root: Path, pods: Sequence[tuple[str, str, str, str]]) -> None:
 
 
 @contextlib.contextmanager
-def sleeping(count: int) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``count`` real ``sleep`` processes, killed afterwards."""
-    started = [subprocess.Popen(["sleep", "600"]) for _ in range(count)]
+def sleeping(count: int, envs: Sequence[Mapping[str, str]] | None = None) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``count`` real ``sleep`` processes, killed afterwards. With ``envs``, each runs with only ``PATH`` and its own
+    variables, and is returned once it has exec'd ``sleep`` (its ``/proc/<pid>/environ`` is then its own)."""
+    started: list[subprocess.Popen[bytes]] = []
     try:
+        for n in range(count):
+            env = None if envs is None else {"PATH": os.environ.get("PATH", "/usr/bin"), **envs[n]}
+            started.append(subprocess.Popen(["sleep", "600"], env=env))
+        for child in started:
+            deadline = time.monotonic() + 30.0
+            while Path(f"/proc/{child.pid}/comm").read_text().strip() != "sleep":
+                assert time.monotonic() < deadline, f"{child.pid} never ran sleep"
+                time.sleep(0.01)
         yield started
     finally:
         for child in started:

@@ -1,165 +1,177 @@
-"""vGPU quotas against use, end to end.
+"""vGPU quotas against use, end to end, on a real server (``--simulate vgpu``).
 
-- Real child processes whose environments carry HAMi's quota variables run on a simulated GPU, sit in a real
-  cgroup v1 pod directory, and are named by the kubelet's pod log directories and a real pod-resources gRPC server:
-  the sampler's readings flag the pod over its memory quota and not the one under it, on ``/api/processes.json``'s
-  document and the ``/metrics`` families.
-- A real server (``--simulate vgpu``) flags use of a GPU that no pod was allocated while pods hold the other one.
+- Real child processes whose environments carry HAMi's quota variables sit in real cgroup v1 pod directories, are
+  named by the kubelet's pod log directories and a real pod-resources gRPC server (HAMi's ``GPU-<uuid>-<n>`` ids
+  under ``nvidia.com/gpu``), and are listed on the simulated GPU 1 (``process:`` fault items): the pod over its
+  memory quota is flagged from the first reading and the one under it never, on ``/api/processes.json``,
+  ``/metrics`` and the GPU Health page; the pod above its core quota only once 3 readings in a row showed it.
+- A real server flags use of a GPU that no pod was allocated while pods hold the other one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from nvdash.metrics.collector import ExportOptions, StoreCollector
-from nvdash.metrics.counters import default_counters
-from nvdash.metrics.exposition import text_format
-from nvdash.sampling.cgroups import pod_names_from_logs
-from nvdash.sampling.hardware import Hardware, open_hardware
-from nvdash.sampling.host_processes import HostProcessTable
-from nvdash.sampling.kubelet import PodResourcesClient, PodResourcesWatcher
-from nvdash.sampling.sampler import Sampler
-from nvdash.sampling.usage import UsageCollector
-from nvdash.server.usage_json import processes_json
-from nvdash.store import Store
-from tests.conftest import get_json, http_get, nvdash_server, wait_for
+from nvdash.health.quota_judge import SUSTAIN_READINGS
+from nvdash.health.quotas import COMPUTE_TOLERANCE_PCT
+from nvdash.sampling.fake.profiles import gpu_uuid
+from nvdash.sampling.hardware import open_hardware
+from tests.conftest import NvdashServer, get_json, http_get, nvdash_server, wait_for
+from tests.server.bokeh_viewer import open_session, receive_until
+from tests.server.kubelet_pods import kubelet_cgroups, place, pod_log_dirs, sleeping
 from tests.unit.kubelet_server import Container, Lister, Pod, serve_pods
 
 MIB = 1 << 20
-CGROUP_V1 = Path("/sys/fs/cgroup/pids")
+GPU0, GPU1 = gpu_uuid("vgpu", 0, 0), gpu_uuid("vgpu", 0, 1)
+PROCESS_INTERVAL_S = 2.0
+"""Long enough that the test's polling (every 0.2 s) sees each of the first readings."""
+HAMI_PODS = (
+    # pod, SM share of GPU 1's work, MiB held, CUDA_DEVICE_MEMORY_LIMIT_0, CUDA_DEVICE_SM_LIMIT
+    ("over", 0.0, 2500, "2000m", "30"),
+    ("under", 0.0, 700, "1g", "30"),
+    ("busy", 1.0, 500, "1g", "1"),
+)
+CORE_QUOTA_PCT = 1.0
 
 
 @contextlib.contextmanager
-def pod_cgroup(pod_uid: str) -> Iterator[Path]:
-    """A real cgroup v1 container directory ``kubepods/besteffort/pod<uid>/<id>``, removed afterwards (its
-    processes must have exited or moved out by then)."""
-    root = CGROUP_V1 / "kubepods" / "besteffort"
-    pod_dir = root / f"pod{pod_uid}"
-    container = pod_dir / uuid.uuid4().hex.ljust(64, "0")
-    try:
-        container.mkdir(parents=True)
-    except OSError as error:
-        pytest.skip(f"needs a writable cgroup v1 hierarchy at {CGROUP_V1} (root): {error}")
-    try:
-        yield container
-    finally:
-        for path in (container, pod_dir):
-            with contextlib.suppress(OSError):
-                path.rmdir()
+def hami_server(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NvdashServer]:
+    """The three HAMi pods of :data:`HAMI_PODS` on GPU 1 (their kubelet ids ``<GPU 1>-<n>``), the profile's own
+    processes left on GPU 0, which no pod holds."""
+    envs = [{"NVIDIA_VISIBLE_DEVICES": GPU1, "CUDA_DEVICE_MEMORY_LIMIT_0": memory, "CUDA_DEVICE_SM_LIMIT": cores,
+             **({"TOKEN": "s3cr3t"} if name == "over" else {})} for name, _, _, memory, cores in HAMI_PODS]
+    logs = tmp_path / "pods"
+    sock = tmp_path / "kubelet.sock"
+    lister = Lister(pods=[Pod("ml", name, [Container("main", {"nvidia.com/gpu": [f"{GPU1}-{n}"]})])
+                          for n, (name, *_) in enumerate(HAMI_PODS)])
+    with sleeping(len(HAMI_PODS), envs) as children, kubelet_cgroups(len(HAMI_PODS)) as cgroups, \
+            serve_pods(sock, tmp_path_factory.mktemp("kubelet_api"), lister):
+        for child, (_, leaf) in zip(children, cgroups, strict=True):
+            place(child.pid, leaf)
+        pod_log_dirs(logs, [("ml", name, pod_uid, "main")
+                            for (name, *_), (pod_uid, _) in zip(HAMI_PODS, cgroups, strict=True)])
+        listed = ";".join(f"process:1:{child.pid}:{share}:{mib}"
+                          for child, (_, share, mib, _, _) in zip(children, HAMI_PODS, strict=True))
+        args = ["--simulate", "vgpu", "--interval", "0.25", "--process-interval", str(PROCESS_INTERVAL_S),
+                "--no-history", "--metrics-pods", "--kubelet-socket", str(sock), "--pod-log-dir", str(logs)]
+        with nvdash_server(args, env={"NVDASH_FAKE_FAULTS": f"clear_processes:1;{listed}"}) as server:
+            assert [gpu["uuid"] for gpu in get_json(server.url + "/info.json")["gpus"]] == [GPU0, GPU1]
+            yield server
 
 
-def start_in_cgroup(cgroup: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """``sleep`` with ``env``, moved into ``cgroup`` once it has exec'd (its environment is then its own)."""
-    child = subprocess.Popen(["sleep", "600"], env={"PATH": os.environ.get("PATH", "/usr/bin"), **env})
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{child.pid}/comm").read_text().strip() != "sleep":
-        assert time.monotonic() < deadline, "the child never ran sleep"
-        time.sleep(0.01)
-    (cgroup / "cgroup.procs").write_text(str(child.pid))
-    return child
+def busy_sm_pct(document: dict[str, Any]) -> float | None:
+    """The ``busy`` pod's own SM share of GPU 1 in a reading."""
+    unit = next((u for u in document["shares"] if u["unit"] == GPU1), None)
+    owners = [] if unit is None else [o for o in unit["owners"] if o["kind"] == "pod" and o["pod"] == "busy"]
+    return owners[0]["sm_pct"] if owners else None
 
 
-def metric_samples(store: Store, family: str) -> list[tuple[dict[str, str], float]]:
-    registry = CollectorRegistry()
-    registry.register(StoreCollector(store, default_counters(), ExportOptions(hostname="node-a", pods=True)))
-    text = text_format(registry.collect()).decode()
+def kinds(document: dict[str, Any]) -> set[tuple[str, str]]:
+    """(pod, finding kind) of every finding in a reading."""
+    return {(f["pod"], f["kind"]) for f in document["quota_findings"]}
+
+
+def metric_samples(server: NvdashServer, family: str) -> list[tuple[dict[str, str], float]]:
+    text = http_get(server.url + "/metrics")[1]
     return [(sample.labels, sample.value) for parsed in text_string_to_metric_families(text)
             if parsed.name == family for sample in parsed.samples]
 
 
-@pytest.fixture
-def hardware() -> Iterator[Hardware]:
-    opened = open_hardware("vgpu")
-    yield opened
-    opened.close()
-
-
-def test_a_vgpu_pod_over_its_memory_quota_is_flagged_and_one_under_it_is_not(
-    hardware: Hardware, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+def test_hami_pods_over_their_quotas_are_flagged_on_every_surface_of_a_real_server(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    fake = hardware.fake
-    assert fake is not None
-    assert hardware.gpus is not None
-    gpu1 = hardware.inventory.gpus[1].uuid
-    over_uid, under_uid = str(uuid.uuid4()), str(uuid.uuid4())
-    logs = tmp_path / "pods"
-    for name, uid in (("over", over_uid), ("under", under_uid)):
-        (logs / f"ml_{name}_{uid}").mkdir(parents=True)
-    lister = Lister(pods=[Pod("ml", "over", [Container("main", {"nvidia.com/gpu": [f"{gpu1}-0"]})]),
-                          Pod("ml", "under", [Container("main", {"nvidia.com/gpu": [f"{gpu1}-1"]})])])
-    sock = tmp_path / "kubelet.sock"
-    children: list[subprocess.Popen[bytes]] = []
-    with contextlib.ExitStack() as stack:
-        over_cgroup = stack.enter_context(pod_cgroup(over_uid))
-        under_cgroup = stack.enter_context(pod_cgroup(under_uid))
-        stack.enter_context(serve_pods(sock, tmp_path_factory.mktemp("kubelet_api"), lister))
+    with hami_server(tmp_path, tmp_path_factory) as server:
+        # Every distinct reading, in order, until the busy pod's compute finding shows.
+        readings: dict[float, dict[str, Any]] = {}
 
-        @stack.callback
-        def stop_children() -> None:
-            for child in children:
-                child.kill()
-                child.wait(10)
+        def poll() -> dict[float, dict[str, Any]]:
+            document = get_json(server.url + "/api/processes.json")
+            if document["time_s"] is not None:
+                readings.setdefault(document["time_s"], document)
+            return readings
 
-        hami = {"NVIDIA_VISIBLE_DEVICES": gpu1, "CUDA_DEVICE_SM_LIMIT": "30"}
-        over = start_in_cgroup(over_cgroup, {**hami, "CUDA_DEVICE_MEMORY_LIMIT_0": "2000m", "TOKEN": "s3cr3t"})
-        children.append(over)
-        under = start_in_cgroup(under_cgroup, {**hami, "CUDA_DEVICE_MEMORY_LIMIT_0": "1g"})
-        children.append(under)
-        fake.add_process(1, over.pid, memory_mib=2500)
-        fake.add_process(1, under.pid, memory_mib=700)
+        wait_for(poll, lambda found: any(("busy", "compute_over_quota") in kinds(d) for d in found.values()),
+                 timeout_s=60.0 + 10 * PROCESS_INTERVAL_S)
+        ordered = [readings[t] for t in sorted(readings)]
+        over = [(busy_sm_pct(d) or 0.0) > CORE_QUOTA_PCT + COMPUTE_TOLERANCE_PCT for d in ordered]
+        print([(d["time_s"], busy_sm_pct(d), sorted(kinds(d))) for d in ordered])
 
-        client = PodResourcesClient(str(sock))
-        stack.callback(client.close)
-        watcher = PodResourcesWatcher(client, interval_s=0.5)
-        watcher.start()
-        stack.callback(watcher.stop)
-        store = Store(hardware.inventory, capacity=1000)
-        collector = UsageCollector(hardware.gpus, HostProcessTable(), watcher, lambda: pod_names_from_logs(logs))
-        sampler = Sampler(store, hardware.host, hardware.gpus, 0.25, usage=collector, usage_interval_s=0.5)
-        sampler.start()
-        stack.callback(sampler.stop)
+        # Memory held over the quota is a state: flagged from the first reading on, the pod under it never.
+        first = ordered[0]
+        assert ("over", "memory_over_quota") in kinds(first)
+        assert all(("under", kind) not in kinds(d) for d in ordered for kind in ("memory_over_quota",
+                                                                                 "compute_over_quota"))
+        # Compute above the core quota is a rate: absent in the first reading above it, flagged only once
+        # SUSTAIN_READINGS readings in a row were above it.
+        first_above = over.index(True)
+        assert ("busy", "compute_over_quota") not in kinds(ordered[first_above])
+        flagged = next(n for n, d in enumerate(ordered) if ("busy", "compute_over_quota") in kinds(d))
+        assert flagged >= first_above + SUSTAIN_READINGS - 1
+        assert all(over[flagged - SUSTAIN_READINGS + 1:flagged + 1]), over
 
-        def flagged(doc: dict[str, Any]) -> bool:
-            return any(f["kind"] == "memory_over_quota" for f in doc["quota_findings"])
-
-        doc = wait_for(lambda: processes_json(store), flagged, timeout_s=60.0)
-        gpu0 = hardware.inventory.gpus[0].uuid
-        assert doc["quota_findings"] == [{
-            "namespace": "ml", "pod": "over", "container": "main", "gpu_uuid": gpu1, "kind": "memory_over_quota",
+        document = ordered[flagged]
+        compute = next(f for f in document["quota_findings"] if f["kind"] == "compute_over_quota")
+        assert compute["used"] == pytest.approx(busy_sm_pct(document))
+        assert compute["text"] == (f"ml/busy/main keeps {compute['used']:.0f} % of GPU 1's SM time busy, above its "
+                                   "HAMi core quota of 1 % (+5 tolerated), for 3 readings or more")
+        assert {k: v for k, v in compute.items() if k not in ("used", "text")} == {
+            "namespace": "ml", "pod": "busy", "container": "main", "gpu_uuid": GPU1, "kind": "compute_over_quota",
+            "quota": CORE_QUOTA_PCT, "scheme": "hami"}
+        memory = next(f for f in document["quota_findings"] if f["kind"] == "memory_over_quota")
+        assert memory == {
+            "namespace": "ml", "pod": "over", "container": "main", "gpu_uuid": GPU1, "kind": "memory_over_quota",
             "used": 2500.0 * MIB, "quota": 2000.0 * MIB, "scheme": "hami",
             "text": "ml/over/main holds 2.4 GiB of GPU memory on GPU 1, over its HAMi quota of 2.0 GiB",
-        }, {  # the profile's own processes on GPU 0, which no pod holds
-            "namespace": "", "pod": "", "container": "", "gpu_uuid": gpu0, "kind": "unallocated_use",
-            "used": 4000.0 * MIB, "quota": None, "scheme": "",
-            "text": "GPU 0 runs 2 processes of a process outside any pod (3.9 GiB), but the kubelet allocated it to "
-                    "no pod",
-        }]
-        grants = {g["pod"]: g for g in doc["grants"]}
+        }
+        grants = {g["pod"]: g for g in document["grants"]}
         assert grants["over"] == {"namespace": "ml", "pod": "over", "container": "main", "scheme": "hami",
-                                  "source": "environment", "gpu_uuid": gpu1, "core_pct": 30.0,
+                                  "source": "environment", "gpu_uuid": GPU1, "core_pct": 30.0,
                                   "memory_bytes": 2000 * MIB}
-        assert grants["under"]["memory_bytes"] == 1 << 30
-        assert "s3cr3t" not in repr(doc)
+        assert (grants["under"]["memory_bytes"], grants["under"]["core_pct"]) == (1 << 30, 30.0)
+        assert (grants["busy"]["memory_bytes"], grants["busy"]["core_pct"]) == (1 << 30, CORE_QUOTA_PCT)
+        assert all("s3cr3t" not in repr(d) for d in ordered)
+        # The profile's own processes on GPU 0, which no pod holds, once the kubelet answered.
+        unallocated = wait_for(lambda: get_json(server.url + "/api/processes.json")["quota_findings"],
+                               lambda found: any(f["kind"] == "unallocated_use" for f in found), timeout_s=60.0)
+        assert [(f["gpu_uuid"], f["pod"], f["used"]) for f in unallocated if f["kind"] == "unallocated_use"] == [
+            (GPU0, "", 4000.0 * MIB)]
 
-        findings = metric_samples(store, "nvdash_pod_gpu_quota_finding")
-        assert [(labels["pod"], labels["finding"], labels["UUID"], labels["gpu"], value)
-                for labels, value in findings] == [("over", "memory_over_quota", gpu1, "1", 1.0),
-                                                   ("", "unallocated_use", gpu0, "0", 1.0)]
-        quotas = {labels["pod"]: value for labels, value in metric_samples(store, "nvdash_pod_gpu_memory_quota_bytes")}
-        assert quotas == {"over": 2000.0 * MIB, "under": float(1 << 30)}
-        cores = {labels["pod"]: value for labels, value in metric_samples(store, "nvdash_pod_gpu_core_quota_ratio")}
-        assert cores == {"over": 0.3, "under": 0.3}
+        # /metrics: the quotas of all three pods, the memory finding of the pod over it (none of the one under).
+        quotas = {labels["pod"]: (labels["UUID"], labels["gpu"], labels["scheme"], value)
+                  for labels, value in metric_samples(server, "nvdash_pod_gpu_memory_quota_bytes")}
+        assert quotas == {"over": (GPU1, "1", "hami", 2000.0 * MIB), "under": (GPU1, "1", "hami", float(1 << 30)),
+                          "busy": (GPU1, "1", "hami", float(1 << 30))}
+        cores = {labels["pod"]: value for labels, value in metric_samples(server, "nvdash_pod_gpu_core_quota_ratio")}
+        assert cores == {"over": 0.3, "under": 0.3, "busy": 0.01}
+
+        def findings() -> set[tuple[str, str, str, str, float]]:
+            return {(labels["pod"], labels["finding"], labels["UUID"], labels["gpu"], value)
+                    for labels, value in metric_samples(server, "nvdash_pod_gpu_quota_finding")}
+
+        exported = wait_for(findings, lambda found: ("busy", "compute_over_quota", GPU1, "1", 1.0) in found,
+                            timeout_s=60.0)
+        assert ("over", "memory_over_quota", GPU1, "1", 1.0) in exported
+        assert ("", "unallocated_use", GPU0, "0", 1.0) in exported
+        assert not [found for found in exported if found[0] == "under"]
+
+        # GPU Health: the flag on GPU 1's row, as a viewer's page receives it.
+        session = open_session(server.url, "/GPU-Health")
+        try:
+            status = session.document.select_one({"name": "status"})
+            receive_until(session, lambda: 'data-quota="memory_over_quota"' in status.text, timeout_s=60.0)
+            rows = status.text.split("<tr ")
+            (gpu1_row,) = [row for row in rows if "<b>GPU 1</b>" in row]
+            assert "Quota: ml/over/main holds 2.4 GiB of GPU memory on GPU 1, over its HAMi quota of 2.0 GiB" \
+                in gpu1_row
+            assert "ml/under" not in status.text
+        finally:
+            session.close()
 
 
 def test_a_real_server_flags_use_of_a_gpu_nobody_was_allocated(
