@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,10 +114,11 @@ def unit_of(document: dict[str, Any], unit: str) -> dict[str, Any] | None:
 
 @contextlib.contextmanager
 def timesliced_server(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, sleepers: list[subprocess.Popen[bytes]]
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, sleepers: list[subprocess.Popen[bytes]],
+    extra: Sequence[str] = (),
 ) -> Iterator[NvdashServer]:
     """``--simulate timesliced`` with GPU 0's replicas 0-2 allocated to three pods, each a real process doing
-    ``SM_SHARES`` of GPU 0's work."""
+    ``SM_SHARES`` of GPU 0's work (``extra``: more arguments for the server)."""
     logs = tmp_path / "pods"
     sock = tmp_path / "kubelet.sock"
     lister = Lister(pods=[Pod(NAMESPACE, name, [Container(CONTAINER, {"nvidia.com/gpu": [f"{TIMESLICED_GPU0}::{n}"]})])
@@ -130,7 +131,8 @@ def timesliced_server(
         pod_log_dirs(logs, [(NAMESPACE, name, pod_uid, CONTAINER) for name, (pod_uid, _) in zip(PODS, cgroups,
                                                                                                    strict=True)])
         args = ["--simulate", "timesliced", "--interval", str(INTERVAL_S), "--process-interval",
-                str(PROCESS_INTERVAL_S), "--no-history", "--kubelet-socket", str(sock), "--pod-log-dir", str(logs)]
+                str(PROCESS_INTERVAL_S), "--no-history", "--kubelet-socket", str(sock), "--pod-log-dir", str(logs),
+                *extra]
         with nvdash_server(args, env={"NVDASH_FAKE_FAULTS": f"clear_processes:0;{listed}"}) as server:
             yield server
 
