@@ -159,8 +159,8 @@ def test_cluster_pods_shows_each_time_sliced_pods_own_share_from_a_real_promethe
         assert isinstance(timeline, ColumnDataSource)
 
         def latest() -> tuple[float, float] | None:
-            """The newest drawn point (its time in s, its SM share in GPUs), once there is one."""
-            points = [(t / 1000.0, v) for t, v in zip(timeline.data.get("time", []), timeline.data.get("sm_gpus", []),
+            """The newest drawn point (its time in ms, its SM share in GPUs), once there is one."""
+            points = [(t, v) for t, v in zip(timeline.data.get("time", []), timeline.data.get("sm_gpus", []),
                                                       strict=True) if not math.isnan(v)]
             return points[-1] if points else None
 
@@ -169,7 +169,8 @@ def test_cluster_pods_shows_each_time_sliced_pods_own_share_from_a_real_promethe
         step_s = (times[1] - times[0]) / 1000.0
         point = latest()
         assert point is not None
-        start_s, value = point
+        start_ms, value = point
+        start_s = start_ms / 1000.0
         # A point at start_s summarises the minute before start_s + step (the pod's one series' mean over it): its
         # value lies between the lowest and highest share the node reported for the pod in that minute.
         end_s = start_s + step_s
@@ -179,5 +180,8 @@ def test_cluster_pods_shows_each_time_sliced_pods_own_share_from_a_real_promethe
               f"window {min(seen.values()):.4f}-{max(seen.values()):.4f} over {len(seen)} readings")
         assert min(seen.values()) - 1e-9 <= value <= max(seen.values()) + 1e-9
         assert value > 0
+        # The pod's memory is constant: its mean is exact.
+        memory = timeline.data["memory_bytes"][times.index(start_ms)]
+        assert memory == MEMORY_MIB[PODS.index(CHOSEN)] * MIB
     finally:
         session.close()
