@@ -4,7 +4,8 @@ openmetrics``: the pod view's 7-day timelines read real range queries over it.
 Every pod part (a container on a GPU unit) has an SM share and a memory sample every 5 minutes over the last 7 days,
 stamped half-way between 5-minute marks so that no sample sits on a step's window boundary; the allocations
 (``nvdash_pod_gpu_allocated``) run every minute from an hour ago to half an hour ahead, so the cluster poller's
-instant queries list the pods however long the test takes.
+instant queries list the pods however long the test takes; so do the vGPU pod's quota (30 % of its GPU, 4 GiB) and
+its quota finding (memory over quota), the only pod with either.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ PODS = (
     BackfilledPod("tenants", "vjob", "vgpu", (Part("node-2", 2, "main"),)),
     BackfilledPod("batch", "mig-job", "mig", (Part("node-3", 0, "worker", "1"),)),
 )
+QUOTA_POD = next(index for index, pod in enumerate(PODS) if pod.pod == "vjob")
+"""The pod with a quota, over it."""
 
 
 def uuid(part: Part) -> str:
@@ -102,6 +105,13 @@ def openmetrics(now_s: float) -> str:
         for part in {(item.hostname, item.gpu, item.mig_id): item for item in pod.parts}.values():
             labels = _labels(pod, part) + ',resource="nvidia.com/gpu"'
             lines += [f"nvdash_pod_gpu_allocated{{{labels}}} 1 {minute + 60 * k:.0f}" for k in range(-60, 31)]
+    quota = PODS[QUOTA_POD]
+    labels = _labels(quota, quota.parts[0])
+    for family, extra, value in (("nvdash_pod_gpu_core_quota_ratio", ',scheme="hami"', "0.3"),
+                                 ("nvdash_pod_gpu_memory_quota_bytes", ',scheme="hami"', str(4 * GIB)),
+                                 ("nvdash_pod_gpu_quota_finding", ',finding="memory_over_quota"', "1")):
+        lines.append(f"# TYPE {family} gauge")
+        lines += [f"{family}{{{labels}{extra}}} {value} {minute + 60 * k:.0f}" for k in range(-60, 31)]
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
 

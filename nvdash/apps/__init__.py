@@ -4,6 +4,14 @@ Importing this package loads Bokeh but neither pynvml nor psutil, and starts not
 """
 
 from nvdash.apps.context import AppContext
-from nvdash.apps.registry import APPS, AppSpec, Requirement, available_apps, unavailable_reason
+from nvdash.apps.registry import (
+    APPS,
+    AppSpec,
+    Requirement,
+    available_apps,
+    reads_prometheus,
+    unavailable_reason,
+)
 
-__all__ = ["APPS", "AppContext", "AppSpec", "Requirement", "available_apps", "unavailable_reason"]
+__all__ = ["APPS", "AppContext", "AppSpec", "Requirement", "available_apps", "reads_prometheus",
+           "unavailable_reason"]

@@ -2,10 +2,11 @@
 GPU a pod holds (whole, MIG, time-sliced, MPS, vGPU), namespace and pod; the pods holding a GPU while idle;
 per-namespace totals for cost reports; and the chosen pod's SM share and memory over a past range.
 
-Every node's nvdash exports its pods' allocations (``nvdash_pod_gpu_allocated``, with ``--metrics-pods``) and shares
-(``nvdash_pod_gpu_sm_share_ratio``, ``nvdash_pod_gpu_memory_bytes``); this page reads the allocations through the
-cluster poller's newest state and filters here, in Python, and a pod's timelines with range queries. On a single
-node without Prometheus it reads the pods and their timelines from the node's history file instead.
+Every node's nvdash exports its pods' allocations (``nvdash_pod_gpu_allocated``, with ``--metrics-pods``), shares
+(``nvdash_pod_gpu_sm_share_ratio``, ``nvdash_pod_gpu_memory_bytes``), quotas and quota findings; this page reads them
+through the cluster poller's newest state and filters here, in Python, and a pod's timelines with range queries. On a
+single node without Prometheus it reads the same from the node itself: its newest snapshot's allocations, shares and
+quota findings, the pods its history file recorded over the chosen range, and their timelines from that file.
 
 The three filters live in the page's URL (``?kind=mps&namespace=team&pod=infer``, with ``range``/``from``/``to``):
 a bookmark reopens the same view, and choosing updates the URL.
@@ -26,17 +27,20 @@ from bokeh.layouts import column, row
 from bokeh.models import ColumnDataSource, CustomJS
 from bokeh.models.widgets import Div, Select, TableColumn
 
-from nvdash.apps.cluster_view import ERROR_COLOR, follow_cluster, status_div, status_html
+from nvdash.apps.cluster_view import ERROR_COLOR, clock_text, follow_cluster, status_div, status_html
 from nvdash.apps.context import AppContext
 from nvdash.apps.figures import add_page, data_table, format_bytes, format_pct, text_color, timeline_range
 from nvdash.apps.pod_timelines import PodRangeBackend, PodSource, PodTimelines
 from nvdash.apps.theme import apply_theme, request_arguments
 from nvdash.apps.time_range import CUSTOM, TimeRangeControl, query_values
 from nvdash.cluster import ClusterRuntime
-from nvdash.cluster.model import ClusterPod, ClusterState, gpu_shares
+from nvdash.cluster.model import UNALLOCATED, ClusterPod, ClusterState, gpu_shares
+from nvdash.cluster.node_pods import node_pods
 from nvdash.cluster.pod_history import PrometheusPodHistory
 from nvdash.history.pod_history import LocalPodHistory
 from nvdash.history.query import SqliteHistory
+from nvdash.sampling.records import Snapshot
+from nvdash.store import Store
 
 if TYPE_CHECKING:
     from bokeh.models.sources import DataDict
@@ -52,10 +56,14 @@ KINDS: tuple[tuple[Any, str], ...] = (
     ("vgpu", "vGPU (GPU-Manager, HAMi)"),
 )
 KIND_NAMES = dict(KINDS)
+SHOWN_KINDS = {**KIND_NAMES, UNALLOCATED: "not allocated"}
+FLAGS = {"memory_over_quota": "memory over quota", "compute_over_quota": "compute above the core quota",
+         "quota_unused": "quota never used", "unallocated_use": "use on a GPU nobody was allocated"}
+"""The quota findings' flags in the pods table (:data:`nvdash.health.quotas.FINDING_KINDS`)."""
 NO_PODS = ("No pod holds a GPU in Prometheus's answer. Pods appear when each node's nvdash runs with "
            "--metrics-pods and can read its kubelet's pod-resources socket.")
-NO_LOCAL_PODS = ("This node's history holds no pod's share of a GPU for the last 7 days. Pods appear when nvdash "
-                 "can read the kubelet's pod-resources socket and a pod's processes run on a GPU.")
+NO_LOCAL_PODS = ("No pod holds a GPU of this node now, and its history recorded none over this range. Pods appear "
+                 "when nvdash can read the kubelet's pod-resources socket.")
 REFRESH_RANGE_MS = 30_000
 """A relative range (last 6 h) is asked again this often, so its end stays "now"."""
 
@@ -101,6 +109,18 @@ def pod_choices(pods: Sequence[ClusterPod], keep: PodFilter) -> list[tuple[str, 
     return choices
 
 
+def quota_text(pod: ClusterPod) -> str:
+    """``30 % · 4.0 GiB``: the container's core and memory quota (empty without one)."""
+    parts = ([format_pct(pod.core_quota_pct, 0)] if pod.core_quota_pct is not None else []) + (
+        [format_bytes(pod.memory_quota_bytes)] if pod.memory_quota_bytes is not None else [])
+    return " · ".join(parts)
+
+
+def flag_text(pod: ClusterPod) -> str:
+    """``⚑ memory over quota`` for each quota finding holding now."""
+    return ", ".join(f"\u2691 {FLAGS.get(kind, kind)}" for kind in pod.findings)
+
+
 def pod_rows(pods: Sequence[ClusterPod], shares: Sequence[float]) -> DataDict:
     """The pods table: one row per allocation."""
     return {
@@ -109,10 +129,14 @@ def pod_rows(pods: Sequence[ClusterPod], shares: Sequence[float]) -> DataDict:
         "pod": [pod.pod for pod in pods],
         "container": [pod.container for pod in pods],
         "device": [pod.device for pod in pods],
-        "kind": [KIND_NAMES.get(pod.sharing, pod.sharing) for pod in pods],
+        "kind": [SHOWN_KINDS.get(pod.sharing, pod.sharing) for pod in pods],
         "share": [f"{share:.2f}" for share in shares],
         "util": [format_pct(pod.utilization_pct, 0) for pod in pods],
         "memory": [format_bytes(pod.memory_used_bytes) for pod in pods],
+        "pod_sm": [format_pct(pod.sm_share_pct, 0) for pod in pods],
+        "pod_memory": [format_bytes(pod.pod_memory_bytes) for pod in pods],
+        "quota": [quota_text(pod) for pod in pods],
+        "flags": [flag_text(pod) for pod in pods],
         "idle": ["idle" if pod.idle else "" for pod in pods],
     }
 
@@ -155,10 +179,11 @@ def _columns(specs: Sequence[tuple[str, str, int]]) -> list[TableColumn]:
     return [TableColumn(field=field, title=title, width=width) for field, title, width in specs]
 
 
-POD_COLUMNS = (("node", "node", 140), ("namespace", "namespace", 120), ("pod", "pod", 220),
-               ("container", "container", 120), ("device", "device", 150), ("kind", "kind", 170),
-               ("share", "GPU share", 70), ("util", "utilization", 80), ("memory", "memory used", 95),
-               ("idle", "30 min", 60))
+POD_COLUMNS = (("node", "node", 120), ("namespace", "namespace", 110), ("pod", "pod", 170),
+               ("container", "container", 100), ("device", "device", 150), ("kind", "kind", 150),
+               ("share", "GPU share", 70), ("util", "utilization", 75), ("memory", "memory used", 90),
+               ("pod_sm", "pod's SM", 70), ("pod_memory", "pod's memory", 90), ("quota", "quota", 110),
+               ("flags", "quota flags", 230), ("idle", "30 min", 50))
 NAMESPACE_COLUMNS = (("namespace", "namespace", 160), ("pods", "pods", 60), ("devices", "devices", 70),
                      ("share", "GPUs held", 80), ("util", "mean utilization", 110), ("memory", "memory used", 110),
                      ("idle", "GPUs held idle", 110))
@@ -182,6 +207,15 @@ LOCAL_REFRESH_MS = 30_000
 CHOOSE_POD = "Choose a pod to see its SM share and memory over time."
 
 
+TABLE_ROW_PX = 28
+TABLE_MIN_ROWS, TABLE_MAX_ROWS = 2, 10
+
+
+def table_height(rows: int) -> int:
+    """A table's height for ``rows`` rows: no white space under a few, a scrollbar beyond ten."""
+    return TABLE_ROW_PX * (1 + max(TABLE_MIN_ROWS, min(rows, TABLE_MAX_ROWS))) + 6
+
+
 def build(doc: Document, ctx: AppContext) -> None:
     """Filters, the pods table, the idle allocations, the per-namespace totals and the chosen pod's timelines."""
     if ctx.cluster is not None:
@@ -202,6 +236,8 @@ class PodsSource(Protocol):
 
     def follow(self, doc: Document, on_state: Callable[[ClusterState], None]) -> None: ...
 
+    def range_changed(self, start_s: float, end_s: float) -> None: ...
+
 
 class ClusterPods:
     """The cluster's pods from the poller; timelines from Prometheus."""
@@ -215,31 +251,39 @@ class ClusterPods:
         assert self.cluster is not None
         follow_cluster(doc, self.cluster, on_state)
 
+    def range_changed(self, start_s: float, end_s: float) -> None:
+        """Nothing: the cluster's pods are those allocated now."""
+
 
 class LocalPods:
-    """This node's pods as its history recorded them (the last 7 days), read off the event loop."""
+    """This node's pods: its newest snapshot's (allocations, shares, quota findings) and those its history recorded
+    over the chosen range (the last 7 days until one is chosen), the history read off the event loop."""
 
     def __init__(self, history: LocalPodHistory, ctx: AppContext) -> None:
         self.cluster: ClusterRuntime | None = None
         self.history = history
         self.timelines: PodSource = history
         self.executor: Executor | None = ctx.history_executor
+        self.store: Store = ctx.store
         self.clock = ctx.clock
         self.generation = 0
+        self.window: tuple[float, float] | None = None
+        """The chosen range; ``None``: the last 7 days."""
+        self._reload: Callable[[], None] | None = None
 
-    def state(self) -> ClusterState:
-        """The pods recorded lately, one row per kind of GPU each held (blocking)."""
+    def state(self, latest: Snapshot | None, window: tuple[float, float] | None) -> ClusterState:
+        """The node's pods now and over ``window`` (blocking: reads the history)."""
         now = self.clock()
+        start, end = window if window is not None else (now - LOCAL_POD_WINDOW_S, now)
+        pods = node_pods(latest, self.store.inventory.host.hostname, self.history.units(start, end))
         self.generation += 1
-        pods = tuple(ClusterPod(hostname="this node", namespace=key.namespace, pod=key.pod, container="", gpu=0,
-                                uuid="", resource="", sharing=kind)
-                     for key in self.history.pods(now - LOCAL_POD_WINDOW_S, now) for kind in key.sharing)
-        return ClusterState(pods=pods, ok_time_s=now, generation=self.generation)
+        return ClusterState(time_s=now, pods=pods, ok_time_s=now, generation=self.generation)
 
     def follow(self, doc: Document, on_state: Callable[[ClusterState], None]) -> None:
         async def load() -> None:
+            latest, window = self.store.latest(), self.window
             try:
-                state = await asyncio.get_running_loop().run_in_executor(self.executor, self.state)
+                state = await asyncio.get_running_loop().run_in_executor(self.executor, self.state, latest, window)
             except Exception as error:  # a damaged file: said on the page, tried again
                 on_state(ClusterState(error=str(error), generation=-1))
                 return
@@ -248,8 +292,25 @@ class LocalPods:
         def again() -> None:
             doc.add_next_tick_callback(cast("Callable[[], None]", load))
 
+        self._reload = again
         again()
         doc.add_periodic_callback(again, LOCAL_REFRESH_MS)
+
+    def range_changed(self, start_s: float, end_s: float) -> None:
+        """List the pods recorded over the newly chosen range."""
+        if self.window != (start_s, end_s):
+            self.window = (start_s, end_s)
+            if self._reload is not None:
+                self._reload()
+
+    def describe(self, state: ClusterState) -> str:
+        """The status line: where the pods come from, how many, and when read."""
+        now = {(pod.namespace, pod.pod) for pod in state.pods if pod.resource or pod.sm_share_pct is not None}
+        every = {(pod.namespace, pod.pod) for pod in state.pods}
+        span = "the last 7 days" if self.window is None else "the chosen range"
+        updated = f" · updated {clock_text(state.ok_time_s)}" if state.ok_time_s is not None else ""
+        return (f"From this node's history ({self.history.history.describe()}) and its newest readings · "
+                f"{len(now)} pods hold a GPU now, {len(every)} over {span}{updated}")
 
 
 class _PodsPage:
@@ -271,8 +332,8 @@ class _PodsPage:
         self.pod.on_change("value", self._pod_picked)
         self.pod.js_on_change("tags", CustomJS(args={"names": ["kind", "namespace", "pod"]}, code=URL_JS))
         self.note = Div(text="", styles={"color": text_color(dark)}, sizing_mode="stretch_width")
-        self.pods = ColumnDataSource(data=pod_rows([], []))
-        self.idle = ColumnDataSource(data=pod_rows([], []))
+        self.pods = ColumnDataSource(data=pod_rows([], []), name="pods")
+        self.idle = ColumnDataSource(data=pod_rows([], []), name="idle-pods")
         self.namespaces = ColumnDataSource(data=namespace_rows([], []))
         self.backend = PodRangeBackend(source.timelines)
         x_range = timeline_range()
@@ -282,18 +343,25 @@ class _PodsPage:
         self.choose = Div(text=CHOOSE_POD, styles={"color": text_color(dark)})
         self.holder = column(self.choose, sizing_mode="stretch_width", height=460)
         heading: dict[str, str | None] = {"color": text_color(dark), "font-weight": "bold", "margin-top": "6px"}
+        self.pod_table = data_table(self.pods, _columns(POD_COLUMNS), dark, height=table_height(0),
+                                    sizing_mode="stretch_width")
+        self.idle_table = data_table(self.idle, _columns(POD_COLUMNS), dark, height=table_height(0),
+                                     sizing_mode="stretch_width")
+        self.namespace_table = data_table(self.namespaces, _columns(NAMESPACE_COLUMNS), dark, height=table_height(0),
+                                          sizing_mode="stretch_width")
+        self.timelines.on_shown = self._range_shown
         add_page(
             doc, TITLE, self.status,
             row(self.kind, self.namespace, self.pod, sizing_mode="stretch_width"), self.note,
             Div(text="GPU use per pod", styles=heading),
-            data_table(self.pods, _columns(POD_COLUMNS), dark, height=220, sizing_mode="stretch_width"),
+            self.pod_table,
             Div(text="The chosen pod over time", styles=heading),
             row(*self.control.widgets(), sizing_mode="stretch_width"), self.holder,
             Div(text="Allocated but idle for the last 30 min (no process of the pod on it, or 0 % utilization)",
                 styles=heading),
-            data_table(self.idle, _columns(POD_COLUMNS), dark, height=150, sizing_mode="stretch_width"),
+            self.idle_table,
             Div(text="Per namespace", styles=heading),
-            data_table(self.namespaces, _columns(NAMESPACE_COLUMNS), dark, height=180, sizing_mode="stretch_width"),
+            self.namespace_table,
             dark=dark,
         )
 
@@ -308,11 +376,12 @@ class _PodsPage:
         nodes = len({pod.hostname for pod in state.pods})
         pods = len({(pod.namespace, pod.pod) for pod in state.pods})
         if self.source.cluster is not None:
-            return status_html(self.source.cluster, state, f"{pods} pods hold {len(state.pods)} GPU devices on "
+            text = status_html(self.source.cluster, state, f"{pods} pods hold {len(state.pods)} GPU devices on "
                                                            f"{nodes} nodes")
+            return text if text.startswith("<") else f"From {text}"  # a failure is said in red, as it is
         if state.error is not None:
             return f'<span style="color:{ERROR_COLOR}"><b>Reading the history failed:</b> {escape(state.error)}</span>'
-        return escape(f"{self.source.timelines.describe()} · {pods} pods recorded over the last 7 days")
+        return escape(cast("LocalPods", self.source).describe(state))
 
     def _on_state(self, state: ClusterState) -> None:
         self.state = state
@@ -361,6 +430,11 @@ class _PodsPage:
         self.pods.data = pod_rows(pods, shares)
         self.idle.data = pod_rows([pod for pod, _ in idle], [share for _, share in idle])
         self.namespaces.data = namespace_rows(pods, shares)
+        for table, count in ((self.pod_table, len(pods)), (self.idle_table, len(idle)),
+                             (self.namespace_table, len(self.namespaces.data["namespace"]))):
+            height = table_height(count)
+            if table.height != height:
+                table.height = height
         if state.ok_time_s is not None and not state.pods:
             self.note.text = NO_PODS if self.source.cluster is not None else NO_LOCAL_PODS
         elif state.pods and not pods:
@@ -384,6 +458,9 @@ class _PodsPage:
             self.control.open()
         else:
             self.control.reload()
+
+    def _range_shown(self, start_s: float, end_s: float) -> None:
+        self.source.range_changed(start_s, end_s)
 
     def _refresh_range(self) -> None:
         shown_range = self.control.time_range

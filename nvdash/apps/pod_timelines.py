@@ -7,7 +7,7 @@ range menu, the custom pickers and the URL's ``range``/``from``/``to`` work as o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -79,6 +79,8 @@ class PodTimelines:
     """Lines only: a step's mean, no min-max band."""
 
     def __init__(self, x_range: Range) -> None:
+        self.on_shown: Callable[[float, float], None] | None = None
+        """Told each range drawn (the page lists the pods recorded over it)."""
         self.source = ColumnDataSource(data=timeline_data(), name="pod-timeline")
         self.sm = timeline_figure("SM share (GPUs-worth: 1 = one whole GPU busy)", "GPUs", Unit.PCT, x_range, None)
         self.sm.yaxis.formatter = BasicTickFormatter()
@@ -104,5 +106,7 @@ class PodTimelines:
         memory = result.series.get(MEMORY_METRIC, {}).get(None)
         if sm is None or memory is None:
             self.source.data = timeline_data()
-            return
-        self.source.data = timeline_data(PodTimeline(sm.time_s, sm.mean, memory.mean, result.step_s))
+        else:
+            self.source.data = timeline_data(PodTimeline(sm.time_s, sm.mean, memory.mean, result.step_s))
+        if self.on_shown is not None:
+            self.on_shown(result.start_s, result.end_s)

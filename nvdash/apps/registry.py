@@ -38,6 +38,8 @@ class Requirement(Enum):
     """At least two GPUs and NVML's answer on how they are connected."""
     PROMETHEUS = "prometheus"
     """A Prometheus to ask about the cluster (``--prometheus URL``)."""
+    POD_HISTORY = "pod_history"
+    """Pods' past shares: the cluster's from a Prometheus, or this node's from its history file."""
 
 
 @dataclass(frozen=True)
@@ -64,18 +66,23 @@ APPS: tuple[AppSpec, ...] = (
     AppSpec("/GPU-Topology", gpu_topology.TITLE, gpu_topology.build, Requirement.TOPOLOGY),
     AppSpec("/Machine-Resources", machine_resources.TITLE, machine_resources.build, Requirement.NONE),
     AppSpec("/Cluster-Nodes", cluster_nodes.TITLE, cluster_nodes.build, Requirement.PROMETHEUS),
-    AppSpec("/Cluster-Pods", cluster_pods.TITLE, cluster_pods.build, Requirement.PROMETHEUS),
+    AppSpec("/Cluster-Pods", cluster_pods.TITLE, cluster_pods.build, Requirement.POD_HISTORY),
 )
 NO_PROMETHEUS = "The cluster pages read every node's readings from Prometheus: start nvdash with --prometheus URL."
+NO_POD_HISTORY = ("The pods page reads pods' past shares from Prometheus (--prometheus URL) or from this node's "
+                  "history file, which is off (--no-history).")
 
 
-def unavailable_reason(spec: AppSpec, inventory: Inventory, cluster: bool = False) -> str | None:
-    """``None`` when ``spec`` has data on this machine (or, for a cluster page, when a Prometheus is given),
-    else a plain sentence saying why not."""
+def unavailable_reason(spec: AppSpec, inventory: Inventory, cluster: bool = False,
+                       local_history: bool = False) -> str | None:
+    """``None`` when ``spec`` has data on this machine (or, for a cluster page, when a Prometheus is given; for the
+    pods page, a Prometheus or this node's history file: ``local_history``), else a plain sentence saying why not."""
     if spec.requires is Requirement.NONE:
         return None
     if spec.requires is Requirement.PROMETHEUS:
         return None if cluster else NO_PROMETHEUS
+    if spec.requires is Requirement.POD_HISTORY:
+        return None if cluster or local_history else NO_POD_HISTORY
     if not inventory.has_gpus:
         detail = (inventory.nvml_error or "").strip().rstrip(".")
         return f"No NVIDIA GPU was found: {detail}." if detail else "No NVIDIA GPU was found."
@@ -89,6 +96,11 @@ def unavailable_reason(spec: AppSpec, inventory: Inventory, cluster: bool = Fals
     return None
 
 
-def available_apps(inventory: Inventory, cluster: bool = False) -> list[AppSpec]:
+def available_apps(inventory: Inventory, cluster: bool = False, local_history: bool = False) -> list[AppSpec]:
     """The apps worth offering on this machine, in ``APPS`` order."""
-    return [spec for spec in APPS if unavailable_reason(spec, inventory, cluster) is None]
+    return [spec for spec in APPS if unavailable_reason(spec, inventory, cluster, local_history) is None]
+
+
+def reads_prometheus(spec: AppSpec, cluster: bool) -> bool:
+    """Whether ``spec`` shows Prometheus's readings rather than this node's (no stale banner, no replay mark)."""
+    return spec.requires is Requirement.PROMETHEUS or (spec.requires is Requirement.POD_HISTORY and cluster)

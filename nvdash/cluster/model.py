@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from nvdash.health.quotas import FINDING_KINDS
 from nvdash.health.status import Finding, GpuHealth, Status, evaluate_gpu, worst
 from nvdash.health.xid import xid_info
 from nvdash.metrics.compat import LABEL_RENAMES_4_9, RENAMES_4_9
+from nvdash.metrics.fields import QUOTA_FAMILIES
 from nvdash.sampling.records import GpuInfo, GpuSample
 
 MIB = 1024 * 1024
@@ -82,11 +84,14 @@ SEEN_QUERY = (f"group by ({', '.join(HOST_LABELS)}, gpu, UUID, modelName) ("
 ALLOCATED_QUERY = "nvdash_pod_gpu_allocated"
 POD_SM_SHARE = "nvdash_pod_gpu_sm_share_ratio"
 POD_MEMORY = "nvdash_pod_gpu_memory_bytes"
+CORE_QUOTA, MEMORY_QUOTA, QUOTA_FINDING = QUOTA_FAMILIES
 POD_VALUES_QUERY = ('{__name__=~"' + _either(("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED",
-                                              "DCGM_FI_PROF_GR_ENGINE_ACTIVE", POD_SM_SHARE, POD_MEMORY))
+                                              "DCGM_FI_PROF_GR_ENGINE_ACTIVE", POD_SM_SHARE, POD_MEMORY,
+                                              *QUOTA_FAMILIES))
                     + '", pod!=""}')
 """The pods' device readings (the device's value repeated per pod, with ``--metrics-pods``) and, where the node
-exports them, each pod's own share of the device's SM time and the memory its processes hold."""
+exports them, each pod's own share of the device's SM time and the memory its processes hold, its vGPU or MPS quota
+and the quota findings that hold now."""
 IDLE_WINDOW = "30m"
 IDLE_QUERY = " or ".join((f"min_over_time(nvdash_pod_gpu_idle[{IDLE_WINDOW}]) == 1",
                           *(f'max_over_time({name}{{pod!=""}}[{IDLE_WINDOW}]) == 0'
@@ -162,6 +167,13 @@ class ClusterPod:
     pod_memory_bytes: float | None = None
     """GPU memory the pod's container's processes hold on the device (``nvdash_pod_gpu_memory_bytes``); ``None``
     where the node exports no shares."""
+    core_quota_pct: float | None = None
+    """The container's vGPU or MPS core quota, 0-100 of the GPU (``nvdash_pod_gpu_core_quota_ratio``); ``None``:
+    no quota."""
+    memory_quota_bytes: float | None = None
+    """The container's GPU memory quota (``nvdash_pod_gpu_memory_quota_bytes``); ``None``: no quota."""
+    findings: tuple[str, ...] = ()
+    """The quota findings holding now (:data:`~nvdash.health.quotas.FINDING_KINDS`, in that order)."""
 
     @property
     def device(self) -> str:
@@ -332,7 +344,11 @@ def build_pods(allocated: Iterable[Mapping[str, str]], values: Iterable[tuple[Ma
     device's utilization and memory, its own share of the device and memory where the node exports them, and
     whether it sat idle."""
     readings: dict[PodKey, dict[str, float]] = {}
+    quotas: list[tuple[Mapping[str, str], float]] = []
     for labels, number in values:
+        if labels.get("__name__") in QUOTA_FAMILIES:
+            quotas.append((labels, number))
+            continue
         family, value = reading(labels.get("__name__", ""), number)
         readings.setdefault(_pod_key(labels), {})[family] = value
     idle_keys = {_pod_key(labels) for labels, _number in idle}
@@ -358,8 +374,61 @@ def build_pods(allocated: Iterable[Mapping[str, str]], values: Iterable[tuple[Ma
             idle=key in idle_keys,
             sm_share_pct=None if share is None else share * 100.0, pod_memory_bytes=_float(found.get(POD_MEMORY)),
         ))
+    rows = with_quotas(rows, quotas)
     return tuple(sorted(rows, key=lambda row: (row.namespace, row.pod, row.container, row.hostname, row.gpu,
                                                row.mig_instance)))
+
+
+UNALLOCATED = "unallocated"
+"""The kind of a row a finding of use on a GPU nobody was allocated adds."""
+
+
+def _quota_target(labels: Mapping[str, str]) -> tuple[tuple[str, str, str, str], str, str]:
+    """(host, namespace, pod, container), the GPU index and the MIG instance a quota series names (``""``: none)."""
+    who = (host_of(labels) or "", labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
+    return who, labels.get("gpu", ""), labels.get("GPU_I_ID", "")
+
+
+def _matches(row: ClusterPod, gpu: str, instance: str) -> bool:
+    """Whether a quota series naming ``gpu`` (``""``: a GPU-Manager grant, any of the pod's) is about ``row``."""
+    return not gpu or (str(row.gpu) == gpu and row.mig_instance == instance)
+
+
+def with_quotas(rows: Sequence[ClusterPod], series: Iterable[tuple[Mapping[str, str], float]]) -> list[ClusterPod]:
+    """``rows`` with each container's quota and findings (``nvdash_pod_gpu_*_quota_*``, ``..._quota_finding``),
+    matched on host, namespace, pod, container and the series' GPU (every GPU of the container where it names none).
+    A finding about no allocated device (``unallocated_use``: a pod's processes on a GPU nobody was given) adds a
+    row of its own, kind ``unallocated``."""
+    result = list(rows)
+    extra: dict[tuple[str, ...], int] = {}
+    for labels, number in series:
+        family = labels.get("__name__", "")
+        value = _float(number)
+        finding = labels.get("finding", "")
+        if value is None or (family == QUOTA_FINDING and (value != 1.0 or finding not in FINDING_KINDS)):
+            continue
+        who, gpu, instance = _quota_target(labels)
+        hits = [i for i, row in enumerate(result)
+                if (row.hostname, row.namespace, row.pod, row.container) == who and _matches(row, gpu, instance)]
+        if not hits and family == QUOTA_FINDING and _index(gpu) is not None:
+            key = (*who, gpu, instance)
+            if key not in extra:
+                extra[key] = len(result)
+                result.append(ClusterPod(
+                    hostname=who[0], namespace=who[1], pod=who[2], container=who[3], gpu=int(gpu),
+                    uuid=labels.get("UUID", ""), resource="", sharing=UNALLOCATED,
+                    mig_profile=labels.get("GPU_I_PROFILE", ""), mig_instance=instance))
+            hits = [extra[key]]
+        for i in hits:
+            row = result[i]
+            if family == CORE_QUOTA:
+                result[i] = replace(row, core_quota_pct=value * 100.0)
+            elif family == MEMORY_QUOTA:
+                result[i] = replace(row, memory_quota_bytes=value)
+            elif family == QUOTA_FINDING and finding not in row.findings:
+                result[i] = replace(row, findings=tuple(kind for kind in FINDING_KINDS
+                                                        if kind in (*row.findings, finding)))
+    return result
 
 
 def mig_slices(profile: str) -> int | None:

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from nvdash.history.query import SqliteHistory
-from nvdash.history.share_table import BUCKET_S, PodKey, PodTimeline, grid_times, on_grid, pod_timeline, pods_seen
+from nvdash.history.share_table import (
+    BUCKET_S,
+    PodKey,
+    PodTimeline,
+    PodUnit,
+    grid_times,
+    on_grid,
+    pod_timeline,
+    pod_units_seen,
+    pods_seen,
+)
 
 TARGET_POINTS = 500
 """About this many points a range (a 7-day range: 10-minute steps, 1,008 points at most)."""
@@ -35,6 +45,11 @@ class LocalPodHistory:
         """The pods recorded in ``[start_s, end_s]``."""
         with self.history.reading() as connection:
             return pods_seen(connection, start_s, end_s)
+
+    def units(self, start_s: float, end_s: float) -> list[PodUnit]:
+        """Each pod container and unit recorded in ``[start_s, end_s]``."""
+        with self.history.reading() as connection:
+            return pod_units_seen(connection, start_s, end_s)
 
     def describe(self) -> str:
         """Where the timelines come from."""

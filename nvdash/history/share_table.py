@@ -131,6 +131,31 @@ def pods_seen(connection: sqlite3.Connection, start_s: float, end_s: float) -> l
     return [PodKey(str(ns), str(pod), tuple(sorted(str(kinds).split(",")))) for ns, pod, kinds in rows]
 
 
+@dataclass(frozen=True)
+class PodUnit:
+    """A pod container seen on one unit (a GPU or MIG instance UUID) in the table, with how the unit was shared."""
+
+    namespace: str
+    pod: str
+    container: str
+    unit: str
+    gpu: int
+    sharing: str
+
+
+def pod_units_seen(connection: sqlite3.Connection, start_s: float, end_s: float) -> list[PodUnit]:
+    """Each pod container and unit with rows in ``[start_s, end_s)`` (its newest row's sharing kind), sorted (none
+    from a file written before the table existed)."""
+    if not has_table(connection):
+        return []
+    rows = connection.execute(
+        "SELECT namespace, pod, container, unit, gpu, sharing, max(t) FROM pod_shares WHERE t >= ? AND t < ?"
+        " GROUP BY namespace, pod, container, unit ORDER BY namespace, pod, container, gpu, unit",
+        (start_s, end_s)).fetchall()
+    return [PodUnit(str(ns), str(pod), str(container), str(unit), int(gpu), str(sharing))
+            for ns, pod, container, unit, gpu, sharing, _newest in rows]
+
+
 def on_grid(times: FloatArray, values: FloatArray, start_s: float, end_s: float, step_s: float) -> FloatArray:
     """``values`` (at bucket starts ``times``) on every bucket start of ``[start_s, end_s)``, NaN where none: a line
     breaks where nothing was recorded."""

@@ -24,12 +24,13 @@ from tornado.web import RequestHandler
 
 from nvdash import live
 from nvdash.accounting.report import AccountingBook
-from nvdash.apps import APPS, AppContext, AppSpec, Requirement, unavailable_reason
+from nvdash.apps import APPS, AppContext, AppSpec, reads_prometheus, unavailable_reason
 from nvdash.apps.stale_banner import add_stale_banner
 from nvdash.cluster import ClusterRuntime
 from nvdash.freshness import STALE_MIN_S, Stale, iso_time, merge, stale_since
 from nvdash.health.status import GpuHealth, evaluate
 from nvdash.history.csv_io import export_chunks
+from nvdash.history.query import SqliteHistory
 from nvdash.live import internals
 from nvdash.live.stalled import StalledViewers
 from nvdash.sampling.fake.profiles import profile_names
@@ -151,7 +152,7 @@ def _application(spec: AppSpec, context: AppContext) -> Application:
     def build(doc: Document) -> None:
         with guard():
             spec.build(doc, context)
-            if spec.requires is not Requirement.PROMETHEUS:  # the cluster's pages read Prometheus, not this sampler
+            if not reads_prometheus(spec, context.cluster is not None):  # Prometheus's readings, not this sampler's
                 add_stale_banner(doc, context)
 
     return Application(FunctionHandler(build))
@@ -319,11 +320,12 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
                          cluster=runtime.cluster, accounting=runtime.accounting,
                          staging=live.staging())
     cluster = runtime.cluster is not None
+    local_history = isinstance(history.backend, SqliteHistory)
     prefix = settings.prefix
     applications: dict[str, Application] = {}
     unavailable_routes: list[tuple[str, type[RequestHandler], dict[str, Any]]] = []
     for spec in APPS:
-        reason = unavailable_reason(spec, inventory, cluster)
+        reason = unavailable_reason(spec, inventory, cluster, local_history)
         if reason is None:
             applications[spec.route] = _application(spec, context)
         else:
@@ -336,14 +338,15 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         health, stale = index_verdict(runtime, settings.interval_s)
         return render_index(inventory, prefix, settings.interval_s, store.capacity, ", ".join(profile_names()),
                             health=health, history=history.status, replay=history.replay, cluster=cluster,
-                            stale_since=stale)
+                            local_history=local_history, stale_since=stale)
 
     metrics = runtime.metrics or MetricsSetup.default(inventory.host.hostname)
     holder: list[Server] = []
     extra: list[tuple[str, type[RequestHandler], dict[str, Any]]] = [
         (r"/", HtmlHandler, {"render": index_page}),
         (r"/index\.json", JsonHandler, {"produce": lambda _h: index_json(inventory, replay=history.replay,
-                                                                                   cluster=cluster)}),
+                                                                                   cluster=cluster,
+                                                                                   local_history=local_history)}),
         (r"/info\.json", JsonHandler, {"produce": lambda _h: info_json(inventory, history_health(history))}),
         (r"/metrics", MetricsHandler, {"store": store, "counters": metrics.counters, "options": metrics.options,
                                         "token": settings.metrics_token, "accounting": runtime.accounting}),

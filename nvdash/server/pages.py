@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from jinja2 import Environment, select_autoescape
 from tornado.web import RequestHandler
 
-from nvdash.apps import APPS, AppSpec, Requirement, available_apps, unavailable_reason
+from nvdash.apps import APPS, AppSpec, available_apps, reads_prometheus, unavailable_reason
 from nvdash.freshness import banner_text
 from nvdash.health.status import GpuHealth
 from nvdash.sampling.records import Inventory
@@ -29,11 +29,12 @@ def _template(name: str) -> Any:
 REPLAY_MARK = " (replay)"
 
 
-def index_json(inventory: Inventory, replay: bool = False, cluster: bool = False) -> dict[str, str]:
+def index_json(inventory: Inventory, replay: bool = False, cluster: bool = False,
+               local_history: bool = False) -> dict[str, str]:
     """Each available route mapped to its title, in the registry's order; a replay's titles say so."""
     mark = REPLAY_MARK if replay else ""
-    return {spec.route: spec.title + (mark if spec.requires is not Requirement.PROMETHEUS else "")
-            for spec in available_apps(inventory, cluster)}
+    return {spec.route: spec.title + ("" if reads_prometheus(spec, cluster) else mark)
+            for spec in available_apps(inventory, cluster, local_history)}
 
 
 def info_json(inventory: Inventory, history: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -79,6 +80,7 @@ def render_index(
     history: str = "off",
     replay: bool = False,
     cluster: bool = False,
+    local_history: bool = False,
     stale_since: float | None = None,
 ) -> str:
     """The bookmarkable HTML index; ``health`` gives each GPU's current status and its first reason; ``stale_since``
@@ -116,8 +118,9 @@ def render_index(
             gpus=gpus,
             nvml_error=inventory.nvml_error or "no GPU was found",
             profiles=profiles,
-            apps=[{"href": prefix + spec.route, "title": spec.title} for spec in available_apps(inventory, cluster)],
-            unavailable=_unavailable_by_reason(inventory, cluster),
+            apps=[{"href": prefix + spec.route, "title": spec.title}
+                  for spec in available_apps(inventory, cluster, local_history)],
+            unavailable=_unavailable_by_reason(inventory, cluster, local_history),
             interval=f"{interval_s:g}",
             live_samples=f"{live_samples} samples",
             history=history,
@@ -139,11 +142,12 @@ def _health_cell(health: GpuHealth | None) -> dict[str, str]:
     return {"status": health.status.value, "label": labels[health.status.value], "reason": reason}
 
 
-def _unavailable_by_reason(inventory: Inventory, cluster: bool = False) -> list[dict[str, str]]:
+def _unavailable_by_reason(inventory: Inventory, cluster: bool = False,
+                           local_history: bool = False) -> list[dict[str, str]]:
     """The dashboards this machine cannot feed, grouped under each reason (a reason is said once)."""
     groups: dict[str, list[str]] = {}
     for spec in APPS:
-        reason = unavailable_reason(spec, inventory, cluster)
+        reason = unavailable_reason(spec, inventory, cluster, local_history)
         if reason is not None:
             groups.setdefault(reason, []).append(spec.title)
     return [{"reason": reason, "titles": ", ".join(titles)} for reason, titles in groups.items()]

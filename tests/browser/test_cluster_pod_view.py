@@ -1,5 +1,6 @@
 """The pod view of /Cluster-Pods in a real chromium, over a real Prometheus backfilled with a week of pods' shares:
-filter by GPU type, choose a pod, read its 7-day timeline, and reopen the same view from the URL."""
+filter by GPU type, see the pod over its quota flagged, choose a pod, read its 7-day timeline, and reopen the same
+view from the URL."""
 
 from __future__ import annotations
 
@@ -77,7 +78,16 @@ def test_the_pod_view_filters_by_gpu_type_and_draws_a_pods_week_from_prometheus(
     page, errors = open_page(browser, server.url + "/Cluster-Pods?range=7d", 1400, 1300)
     try:
         page.get_by_text("6 pods hold 7 GPU devices on 3 nodes").wait_for(timeout=60_000)
-        wait_for(lambda: _pod_table(page).get("pod", []), lambda pods: len(pods) == 7, timeout_s=60.0)
+        table = wait_for(lambda: _pod_table(page), lambda found: len(found.get("pod", [])) == 7, timeout_s=60.0)
+        # The quota finding flags its pod, and only it, in a column of its own.
+        flags = dict(zip(table["pod"], table["flags"], strict=True))
+        assert flags.pop("vjob") == "\u2691 memory over quota"
+        assert set(flags.values()) == {""}
+        assert dict(zip(table["pod"], table["quota"], strict=True))["vjob"] == "30 % · 4.0 GiB"
+        flagged = page.locator(".slick-row", has_text="\u2691 memory over quota")
+        flagged.wait_for(timeout=30_000)
+        assert flagged.count() == 1
+        assert "vjob" in flagged.inner_text()
         # MPS apart from time-slicing: only the two MPS pods.
         page.locator("select").nth(0).select_option(label="MPS")
         table = wait_for(lambda: _pod_table(page), lambda found: sorted(set(found.get("pod", []))) == [

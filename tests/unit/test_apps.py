@@ -180,7 +180,7 @@ def test_apps_routes_titles_and_order() -> None:
         ("/Cluster-Pods", "Cluster Pods"),
     ]
     assert [spec.requires for spec in APPS] == [Requirement.GPU] * 8 + [Requirement.NVLINK] * 2 + [
-        Requirement.TOPOLOGY, Requirement.NONE, Requirement.PROMETHEUS, Requirement.PROMETHEUS]
+        Requirement.TOPOLOGY, Requirement.NONE, Requirement.PROMETHEUS, Requirement.POD_HISTORY]
     assert all(isinstance(spec, AppSpec) and callable(spec.build) for spec in APPS)
 
 
@@ -188,13 +188,19 @@ def test_without_gpus_only_the_machine_is_offered_with_the_nvml_reason() -> None
     inventory = Inventory(host=HOST, nvml_error="NVML Shared Library Not Found")
     reasons = {spec.route: unavailable_reason(spec, inventory) for spec in APPS}
     assert reasons.pop("/Machine-Resources") is None
-    assert {reasons.pop(route) for route in ("/Cluster-Nodes", "/Cluster-Pods")} == {
-        "The cluster pages read every node's readings from Prometheus: start nvdash with --prometheus URL."}
+    assert reasons.pop("/Cluster-Nodes") == (
+        "The cluster pages read every node's readings from Prometheus: start nvdash with --prometheus URL.")
+    assert reasons.pop("/Cluster-Pods") == (
+        "The pods page reads pods' past shares from Prometheus (--prometheus URL) or from this node's history file, "
+        "which is off (--no-history).")
     assert set(reasons.values()) == {"No NVIDIA GPU was found: NVML Shared Library Not Found."}
     assert [spec.route for spec in available_apps(inventory)] == ["/Machine-Resources"]
     # A machine without GPUs can still show the cluster, read from Prometheus.
     assert [spec.route for spec in available_apps(inventory, cluster=True)] == [
         "/Machine-Resources", "/Cluster-Nodes", "/Cluster-Pods"]
+    # A single node with its history: the pods page, read from the history; the nodes page needs Prometheus.
+    assert [spec.route for spec in available_apps(inventory, local_history=True)] == [
+        "/Machine-Resources", "/Cluster-Pods"]
     assert unavailable_reason(APPS[0], Inventory(host=HOST)) == "No NVIDIA GPU was found."
 
 
@@ -207,10 +213,11 @@ def test_without_nvlink_the_nvlink_apps_are_not_offered() -> None:
     assert {unavailable_reason(spec, inventory) for spec in nvlink_apps} == {
         "None of the GPUs on this machine has NVLink."}
     with_topology = replace(INVENTORY, topology=(("X", "NV18", "SYS"), ("NV18", "X", "SYS"), ("SYS", "SYS", "X")))
-    assert available_apps(with_topology) == [spec for spec in APPS if spec.requires is not Requirement.PROMETHEUS]
+    cluster_only = (Requirement.PROMETHEUS, Requirement.POD_HISTORY)
+    assert available_apps(with_topology) == [spec for spec in APPS if spec.requires not in cluster_only]
     assert available_apps(with_topology, cluster=True) == list(APPS)
     assert [spec.route for spec in available_apps(INVENTORY)] == [
-        spec.route for spec in APPS if spec.requires not in (Requirement.TOPOLOGY, Requirement.PROMETHEUS)]
+        spec.route for spec in APPS if spec.requires not in (Requirement.TOPOLOGY, *cluster_only)]
 
 
 def test_importing_apps_loads_no_hardware_library_and_starts_no_thread() -> None:
@@ -450,7 +457,7 @@ def test_every_app_builds_on_an_empty_store_and_without_gpus() -> None:
     for inventory in (INVENTORY, Inventory(host=HOST, nvml_error="no driver")):
         ctx = make_ctx(inventory=inventory, rows=())
         for spec in APPS:
-            if spec.requires is Requirement.PROMETHEUS:
+            if spec.requires in (Requirement.PROMETHEUS, Requirement.POD_HISTORY):
                 continue  # the cluster pages read Prometheus, not the store: see tests/unit/test_cluster_pages.py
             doc = Document()
             spec.build(doc, ctx)

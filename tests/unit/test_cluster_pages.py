@@ -21,7 +21,8 @@ def texts(doc: Document) -> list[str]:
     return [str(model.text) for model in doc.models if isinstance(model, Div)]
 
 
-@pytest.mark.parametrize("spec", [spec for spec in APPS if spec.requires is Requirement.PROMETHEUS],
+@pytest.mark.parametrize("spec", [spec for spec in APPS
+                                  if spec.requires in (Requirement.PROMETHEUS, Requirement.POD_HISTORY)],
                          ids=lambda spec: spec.route)
 def test_cluster_pages_say_prometheus_is_down_and_poll_it(spec: AppSpec, closed_port: int) -> None:
     cluster = open_cluster(f"http://127.0.0.1:{closed_port}", timeout_s=1.0)
