@@ -38,6 +38,9 @@ HAMI_PODS = (
     ("busy", 1.0, 500, "1g", "1"),
 )
 CORE_QUOTA_PCT = 1.0
+BUSY_FROM_S = 12.0
+"""The busy pod's work starts this long after the server's start (``process:...@SECONDS``), so that the test sees it
+below its quota first, however slowly the server starts on a loaded machine."""
 
 
 @contextlib.contextmanager
@@ -56,7 +59,7 @@ def hami_server(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
             place(child.pid, leaf)
         pod_log_dirs(logs, [("ml", name, pod_uid, "main")
                             for (name, *_), (pod_uid, _) in zip(HAMI_PODS, cgroups, strict=True)])
-        listed = ";".join(f"process:1:{child.pid}:{share}:{mib}"
+        listed = ";".join(f"process:1:{child.pid}:{share}:{mib}" + (f"@{BUSY_FROM_S:g}" if share else "")
                           for child, (_, share, mib, _, _) in zip(children, HAMI_PODS, strict=True))
         args = ["--simulate", "vgpu", "--interval", "0.25", "--process-interval", str(PROCESS_INTERVAL_S),
                 "--no-history", "--metrics-pods", "--kubelet-socket", str(sock), "--pod-log-dir", str(logs)]
@@ -107,17 +110,17 @@ def test_hami_pods_over_their_quotas_are_flagged_on_every_surface_of_a_real_serv
         assert ("over", "memory_over_quota") in kinds(first)
         assert all(("under", kind) not in kinds(d) for d in ordered for kind in ("memory_over_quota",
                                                                                  "compute_over_quota"))
-        # Compute above the core quota is a rate: absent in the first reading above it, flagged only once
-        # SUSTAIN_READINGS readings in a row were above it.
-        first_above = over.index(True)
-        assert ("busy", "compute_over_quota") not in kinds(ordered[first_above])
+        # Compute above the core quota is a rate: flagged only once SUSTAIN_READINGS readings in a row were above
+        # it. The busy pod starts working BUSY_FROM_S after start, so a reading below the quota comes first.
         flagged = next(n for n, d in enumerate(ordered) if ("busy", "compute_over_quota") in kinds(d))
         assert over[flagged]
-        run_start = max((n + 1 for n in range(flagged) if not over[n]), default=0)
-        # The server's readings from the run's first to the flagged one, counted by their times (a poll the test
-        # missed on a loaded machine does not hide one).
-        span = round((ordered[flagged]["time_s"] - ordered[run_start]["time_s"]) / PROCESS_INTERVAL_S) + 1
+        below = [n for n in range(flagged) if not over[n]]
+        assert below, f"no reading below the quota was seen before the flag: {over}"
+        # The readings after the last one seen below the quota, up to the flagged one, counted by their times (a
+        # poll the test missed on a loaded machine does not hide a reading): at least SUSTAIN_READINGS.
+        span = round((ordered[flagged]["time_s"] - ordered[below[-1]]["time_s"]) / PROCESS_INTERVAL_S)
         assert span >= SUSTAIN_READINGS, (span, over)
+        assert all(("busy", "compute_over_quota") not in kinds(d) for d in ordered[:below[-1] + 1])
 
         document = ordered[flagged]
         compute = next(f for f in document["quota_findings"] if f["kind"] == "compute_over_quota")

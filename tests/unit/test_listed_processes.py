@@ -44,6 +44,25 @@ def test_listed_processes_replace_the_profiles_own_on_a_cleared_gpu(install: Ins
     assert sum(by_pid[4242]) == pytest.approx(2 * sum(by_pid[4243]), abs=len(by_pid[4242]))
 
 
+def test_a_listed_process_with_a_start_time_is_idle_until_then(install: Install, clock: FakeClock) -> None:
+    """``@SECONDS``: listed (holding its memory) from the start, no utilization sample before its work starts (the
+    driver keeps samples only for periods in which a process ran), its share of the work from then on."""
+    fake = install("timesliced")
+    fake.apply_faults("clear_processes:0;process:0:4242:0.5:1000@20")
+    gpu0 = handles()[0]
+    clock.at(15.0)
+    assert [(p.pid, p.usedGpuMemory) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(gpu0)] == [
+        (4242, 1000 * MIB)]
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        pynvml.nvmlDeviceGetProcessUtilization(gpu0, 0)
+    clock.at(24.0)
+    stamps = sorted(s.timeStamp for s in pynvml.nvmlDeviceGetProcessUtilization(gpu0, 0) if s.pid == 4242)
+    start_us = (fake.created_at + 20.0) * 1e6
+    assert stamps
+    assert min(stamps) >= start_us - 1
+    assert max(stamps) > start_us + 3e6
+
+
 def test_a_listed_process_in_a_mig_instance(install: Install) -> None:
     fake = install("h100-mig")
     fake.apply_faults("clear_processes:0;process:0/1:4242:1.0:3000")

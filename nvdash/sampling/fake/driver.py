@@ -746,12 +746,14 @@ class FakeDriver:
             return c.NVML_ERROR_INVALID_ARGUMENT
         return self.gpm.fill(address_of(sample), call.device, self._t(call.now), instance)
 
-    def _instance_sm_shares(self, device: int, gpu_instance: int) -> list[float] | None:
-        """``sm_share`` of each process now running in the GPU instance; None when it no longer exists."""
+    def _instance_sm_shares(self, device: int, gpu_instance: int, t: float) -> list[float] | None:
+        """``sm_share`` of each process running in the GPU instance and busy at ``t`` (a process idle until later
+        counts 0); None when the instance no longer exists."""
         indexes = self.usage.mig.instance_indexes(device, gpu_instance)
         if not indexes:
             return None
-        return [spec.sm_share for spec in self.usage.running(device) if spec.mig in indexes]
+        return [spec.sm_share if spec.busy_at(t) else 0.0
+                for spec in self.usage.running(device) if spec.mig in indexes]
 
     def gpm_metrics_get(self, _call: Call, metrics_get: object) -> int:
         """``nvmlGpmMetricsGet_t``: each requested metric over the interval between the two samples (of one GPU, or
@@ -766,7 +768,7 @@ class FakeDriver:
         if n > len(out.metrics):
             return c.NVML_ERROR_INVALID_ARGUMENT
         device, gpu_instance, t1, t2 = first[0], first[1], first[2], second[2]
-        shares = None if gpu_instance is None else self._instance_sm_shares(device, gpu_instance)
+        shares = None if gpu_instance is None else self._instance_sm_shares(device, gpu_instance, t2)
         if gpu_instance is not None and shares is None:
             return c.NVML_ERROR_INVALID_ARGUMENT
         for i in range(n):

@@ -27,7 +27,7 @@ SPEC_SYNTAX = (
     "unsupported:FUNCTION[:DEVICE], fail_init:CODE, xid:CODE:DEVICE, hang_host:PATH, name:DEVICE:TEXT "
     "(percent-encoded), process:UNIT:PID[:SM_SHARE[:MEMORY_MIB[:KINDS]]], clear_processes:DEVICE, "
     "pcie_wrap[:BITS], driver_reload or mig:DEVICE:on|off, optionally "
-    "followed by @SECONDS after start (not for name, process and clear_processes: from the start)"
+    "followed by @SECONDS after start (process: its work starts then; name and clear_processes: from the start)"
 )
 
 
@@ -156,7 +156,7 @@ def _parse_item(item: str, functions: Collection[str], gpu_count: int, mig: MigS
         return Fault("driver_reload", at_s=at_s)
     if kind == "mig" and len(params) == 2:
         return _mig(params, gpu_count, mig, at_s)
-    if kind in ("name", "process", "clear_processes") and at_sign:
+    if kind in ("name", "clear_processes") and at_sign:
         raise ValueError(f"{kind} applies from the start: it takes no @SECONDS")
     if kind == "name" and len(params) == 2:
         text = unquote(params[1], errors="strict")
@@ -164,7 +164,7 @@ def _parse_item(item: str, functions: Collection[str], gpu_count: int, mig: MigS
             raise ValueError(f"a name must be 1 to {NAME_LIMIT} bytes once decoded")
         return Fault("name", device=check_device(_integer(params[0], "device"), gpu_count), text=text)
     if kind == "process":
-        spec = parse_process(params, gpu_count, dict(mig.instances) if mig is not None else {})
+        spec = parse_process(params, gpu_count, dict(mig.instances) if mig is not None else {}, busy_from_s=at_s)
         return Fault("process", code=spec.pid, device=spec.gpu, process=spec)
     if kind == "clear_processes":
         return Fault("clear_processes", device=parse_clear(params, gpu_count))

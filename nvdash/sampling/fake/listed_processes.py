@@ -8,7 +8,8 @@ pods. Two items of the fault text form (``NVDASH_FAKE_FAULTS``) list host-visibl
     lists process ``PID`` on ``UNIT``: a GPU index, or ``GPU/N`` for the ``N``-th MIG instance of the profile's
     layout for that GPU (from 0). It does ``SM_SHARE`` (0-1, default 0) of the unit's work, holds ``MEMORY_MIB``
     (default 256) and is of ``KINDS``: ``compute``, ``graphics`` or ``mps`` joined by ``+`` (default ``compute``;
-    an MPS client is ``compute+mps``).
+    an MPS client is ``compute+mps``). With ``@SECONDS`` it is listed from the start but does its work only from
+    ``SECONDS`` after start (idle before: a job that starts working later).
 ``clear_processes:GPU``
     stops listing the profile's own processes on ``GPU`` (its MIG instances included): the GPU's work goes on,
     and only the processes the ``process`` items list there explain it.
@@ -76,8 +77,10 @@ def _kinds(text: str) -> tuple[str, ...]:
     return kinds
 
 
-def parse_process(params: list[str], gpu_count: int, mig_instances: Mapping[int, int]) -> ProcessSpec:
-    """The process of ``process:UNIT:PID[:SM_SHARE[:MEMORY_MIB[:KINDS]]]`` (``params``: the fields after ``process``).
+def parse_process(params: list[str], gpu_count: int, mig_instances: Mapping[int, int], *,
+                  busy_from_s: float = 0.0) -> ProcessSpec:
+    """The process of ``process:UNIT:PID[:SM_SHARE[:MEMORY_MIB[:KINDS]]]`` (``params``: the fields after ``process``),
+    idle until ``busy_from_s`` (the item's ``@SECONDS``).
 
     ``mig_instances``: the number of MIG instances of each GPU the profile has a layout for. Raises ValueError with
     a one-line message.
@@ -93,7 +96,7 @@ def parse_process(params: list[str], gpu_count: int, mig_instances: Mapping[int,
     if memory_mib < 0:
         raise ValueError(f"memory {memory_mib} MiB must be >= 0")
     kinds = _kinds(params[4]) if len(params) > 4 else ("compute",)
-    return ProcessSpec(gpu, pid, kinds, memory_mib=memory_mib, sm_share=share, mig=mig)
+    return ProcessSpec(gpu, pid, kinds, memory_mib=memory_mib, sm_share=share, mig=mig, busy_from_s=busy_from_s)
 
 
 def parse_clear(params: list[str], gpu_count: int) -> int:

@@ -97,6 +97,8 @@ class ProcessTable:
                 continue
             gpu_pct, memory_pct = self._workload.utilization(gpu, k * SAMPLE_PERIOD_S - self._created_at)
             for spec in specs:
+                if not spec.busy_at(k * SAMPLE_PERIOD_S - self._created_at):
+                    continue
                 sm, memory = round(gpu_pct * spec.sm_share), round(memory_pct * spec.sm_share)
                 if sm == 0 and memory == 0:
                     continue

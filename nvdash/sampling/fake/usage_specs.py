@@ -95,6 +95,12 @@ class ProcessSpec:
     mig: int | None = None
     """Index into the GPU's MIG layout, for a process inside a MIG instance."""
     garbage_every: int = 0
+    busy_from_s: float = 0.0
+    """Seconds after start before which the process does no work: it is listed and holds its memory, idle."""
+
+    def busy_at(self, t: float) -> bool:
+        """Whether the process does its ``sm_share`` of the work at ``t`` s after start."""
+        return t >= self.busy_from_s
 
 
 def validate_layout(layout: tuple[MigSpec, ...], profiles: dict[str, MigProfile] = A100_40GB_MIG_PROFILES) -> None:
