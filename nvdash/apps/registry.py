@@ -69,14 +69,16 @@ APPS: tuple[AppSpec, ...] = (
     AppSpec("/Cluster-Pods", cluster_pods.TITLE, cluster_pods.build, Requirement.POD_HISTORY),
 )
 NO_PROMETHEUS = "The cluster pages read every node's readings from Prometheus: start nvdash with --prometheus URL."
-NO_POD_HISTORY = ("The pods page reads pods' past shares from Prometheus (--prometheus URL) or from this node's "
-                  "history file, which is off (--no-history).")
+NO_POD_HISTORY = ("The pods page reads pods from Prometheus (--prometheus URL), or on a Kubernetes node from this "
+                  "node's history file: it needs the kubelet's pod-resources socket (--kubelet-socket), process "
+                  "readings (--process-interval above 0) and the history (not --no-history).")
 
 
 def unavailable_reason(spec: AppSpec, inventory: Inventory, cluster: bool = False,
                        local_history: bool = False) -> str | None:
     """``None`` when ``spec`` has data on this machine (or, for a cluster page, when a Prometheus is given; for the
-    pods page, a Prometheus or this node's history file: ``local_history``), else a plain sentence saying why not."""
+    pods page, a Prometheus or, on a Kubernetes node, this node's history: ``local_history``), else a plain sentence
+    saying why not."""
     if spec.requires is Requirement.NONE:
         return None
     if spec.requires is Requirement.PROMETHEUS:

@@ -97,6 +97,14 @@ class Runtime:
     """Runs and watches the background threads (their deaths and restarts are on ``/health``)."""
 
 
+def is_socket(path: str) -> bool:
+    """Whether ``path`` is a unix socket now (a Kubernetes node's kubelet pod-resources socket, for the pods page)."""
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def websocket_origins(settings: Settings, addresses: Callable[[], list[str]] = interface_addresses) -> list[str]:
     """The browser origins allowed to open websockets: the given ones, else this server's own addresses.
 
@@ -320,7 +328,8 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
                          cluster=runtime.cluster, accounting=runtime.accounting,
                          staging=live.staging())
     cluster = runtime.cluster is not None
-    local_history = isinstance(history.backend, SqliteHistory)
+    local_history = (isinstance(history.backend, SqliteHistory) and settings.process_interval_s > 0
+                     and is_socket(settings.kubelet_socket))
     prefix = settings.prefix
     applications: dict[str, Application] = {}
     unavailable_routes: list[tuple[str, type[RequestHandler], dict[str, Any]]] = []

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser
 
-from tests.browser.chromium import chromium, open_page, wait_until_drawn
-from tests.conftest import wait_for
+from tests.browser.chromium import ARTIFACTS, chromium, open_page, wait_until_drawn
+from tests.conftest import get_json, wait_for
 from tests.server.kubelet_pods import sleeping
 from tests.server.test_shares_e2e import CONTAINER, NAMESPACE, PODS, timesliced_server
 
@@ -49,7 +49,15 @@ def test_the_processes_page_shows_each_pods_share_and_the_unattributed_rest(
                 rows: list[list[str]] = page.evaluate(ROWS)
                 return {cell for row in rows if "GPU 0" in row for cell in row if cell in wanted}
 
-            wait_for(gpu0_owners, lambda found: found == wanted, timeout_s=60.0)
+            try:
+                wait_for(gpu0_owners, lambda found: found == wanted, timeout_s=60.0)
+            except AssertionError as failure:
+                # What the page and the server showed, for the CI log and test-artifacts/.
+                ARTIFACTS.mkdir(exist_ok=True)
+                page.screenshot(path=str(ARTIFACTS / "share-table-failure.png"), full_page=True)
+                shares = get_json(server.url + "/api/processes.json")["shares"]
+                rows = page.evaluate(ROWS)
+                raise AssertionError(f"{failure}; rows {rows}; errors {errors}; shares {shares}") from None
             assert errors == []
         finally:
             page.close()

@@ -12,6 +12,8 @@ import math
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -78,53 +80,63 @@ def test_the_pods_page_is_offered_on_a_node_with_a_history(node: NvdashServer) -
     assert get_json(node.url + "/index.json")["/Cluster-Pods"] == "Cluster Pods"
 
 
-def test_without_history_or_prometheus_the_pods_page_says_why() -> None:
-    with nvdash_server(["--simulate", "h100-mig", "--no-history"]) as server:
+@pytest.mark.parametrize("kubelet", [False, True], ids=["not-a-kubernetes-node", "no-history"])
+def test_off_kubernetes_or_without_history_the_pods_page_says_why(
+    kubelet: bool, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A workstation (no kubelet socket) keeping a history, or a Kubernetes node without one: no pods page."""
+    sock = tmp_path / "kubelet.sock"
+    args = ["--simulate", "h100-mig", "--kubelet-socket", str(sock),
+            *(["--no-history"] if kubelet else ["--history", str(tmp_path / "history.sqlite")])]
+    serving = serve_pods(sock, tmp_path_factory.mktemp("kubelet_api"), Lister()) if kubelet else nullcontext()
+    with serving, nvdash_server(args) as server:
         assert "/Cluster-Pods" not in get_json(server.url + "/index.json")
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(server.url + "/Cluster-Pods", timeout=30)
         assert refused.value.code == 404
         page = refused.value.read().decode()
-        assert "history file, which is off (--no-history)" in page
+        assert "pod-resources socket (--kubelet-socket), process readings (--process-interval above 0)" in page
 
 
 def test_a_pods_timeline_from_this_nodes_history_matches_its_shares(node: NvdashServer) -> None:
-    observed: dict[str, list[float]] = {"trainer": [], "infer": []}
+    readings: dict[float, dict[str, float]] = {}
+    """Each process reading the test saw, by its time: the pods' SM shares (percent of their instances)."""
 
     def shares() -> dict[str, Any]:
         doc = get_json(node.url + "/api/processes.json")
-        for pod, values in observed.items():
-            found = _pod_share(doc, pod)
-            if found is not None:
-                values.append(found[0])
+        found = {pod: _pod_share(doc, pod) for pod in ("trainer", "infer")}
+        if doc["time_s"] is not None and all(value is not None for value in found.values()):
+            readings.setdefault(doc["time_s"], {pod: value[0] for pod, value in found.items() if value is not None})
         return doc
 
-    doc = wait_for(shares, lambda d: all(_pod_share(d, pod) is not None for pod in observed), timeout_s=60.0)
-    memory = {pod: _pod_share(doc, pod)[1] for pod in observed}  # type: ignore[index]
+    doc = wait_for(shares, lambda d: all(_pod_share(d, pod) is not None for pod in ("trainer", "infer")),
+                   timeout_s=60.0)
+    memory = {pod: _pod_share(doc, pod)[1] for pod in ("trainer", "infer")}  # type: ignore[index]
     # The simulated processes hold fixed amounts: 24000 + 6144 MiB in the trainer's instance, 12288 in infer's.
     assert memory == {"trainer": (24000 + 6144) * MiB, "infer": 12288 * MiB}
     # The minute holding the first shares also holds the sampler's first, still ramping, ones, which no client saw:
-    # compare the next minute's bucket, every reading of which /api/processes.json served while the test watched.
-    # The writer commits every second; two seconds into the minute its bucket is on disk.
+    # compare the next whole minute's bucket, watching every reading /api/processes.json serves through it. A
+    # snapshot early in the minute carries the shares of a reading made up to one process interval before it.
     bucket = (math.floor(doc["time_s"] / 60.0) + 1) * 60.0
-    for values in observed.values():
-        values.clear()
-    wait_for(shares, lambda d: d["time_s"] >= bucket + 2.0, timeout_s=90.0)
+    wait_for(shares, lambda d: d["time_s"] >= bucket + 62.0, timeout_s=150.0)
+    observed = {pod: [values[pod] for t, values in readings.items() if bucket - 1.0 <= t < bucket + 60.0]
+                for pod in ("trainer", "infer")}
+    assert all(len(values) >= 10 for values in observed.values()), observed
 
     sessions = {pod: _session(node, {"kind": "mig", "namespace": namespace, "pod": pod, "range": "30m"})
                 for pod, namespace in (("trainer", "research"), ("infer", "serving"))}
     try:
         for pod, session in sessions.items():
-            timeline = wait_for(lambda session=session: (shares(), _timeline(session))[1],
+            timeline = wait_for(lambda session=session: _timeline(session),
                                 lambda data: bucket * 1000.0 in data.get("time", []), timeout_s=60.0)
             # 30 one-minute buckets (31 when the range starts inside a minute).
             assert 30 <= len(timeline["time"]) <= 31
             assert all(b - a == 60_000.0 for a, b in zip(timeline["time"], timeline["time"][1:], strict=False))
             at = timeline["time"].index(bucket * 1000.0)
             sm_gpus, held = timeline["sm_gpus"][at], timeline["memory_bytes"][at]
-            # The minute's mean of the pod's share of its instance (in GPUs-worth): the simulated job moves it by
-            # tenths of a percent, so it lies within what /api/processes.json served meanwhile (1 point of slack
-            # for the readings between two of the test's requests).
+            # The minute's mean of the pod's share of its instance (in GPUs-worth) lies within what
+            # /api/processes.json served through that minute (1 point of slack for a reading between two of the
+            # test's requests).
             low, high = min(observed[pod]), max(observed[pod])
             assert low - 1.0 <= sm_gpus * 100.0 <= high + 1.0, (pod, sm_gpus, low, high, observed[pod], doc["time_s"])
             assert held == memory[pod]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from nvdash.metrics.fields import POD_SHARE_FAMILIES, QUOTA_FAMILIES
 from nvdash.sampling.fake.mig import mig_uuid
 from nvdash.sampling.fake.profiles import PROFILES, gpu_uuid
 from nvdash.sampling.fake.usage_specs import A100_40GB_MIG_PROFILES, GHOST_PID_BASE, MIG_EMPTY_INSTANCE_MIB
@@ -94,8 +95,11 @@ def test_mig_instances_and_processes_without_pod_labels(
         # No activity per instance on an A100 (no GPM), and no GPU utilization on a GPU in MIG mode.
         assert {labels["gpu"] for labels, _ in found["DCGM_FI_DEV_GPU_UTIL"]} == {"1"}
         assert all("GPU_I_ID" not in labels for labels, _ in found.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE", []))
-        # The kubelet serves allocations, but without --metrics-pods no series carries them.
-        assert all("pod" not in labels for family in found.values() for labels, _ in family)
+        # The kubelet serves allocations, but without --metrics-pods no device series carries them: only the
+        # per-pod share and quota families, which name their pod by definition.
+        per_pod = {name.removesuffix("_total") for name in (*POD_SHARE_FAMILIES, *QUOTA_FAMILIES)}
+        assert all("pod" not in labels for name, family in found.items() if name not in per_pod
+                   for labels, _ in family)
         assert "nvdash_pod_gpu_allocated" not in found
         memory = {labels["pid"]: (labels, value) for labels, value in found["nvdash_process_gpu_memory_bytes"]}
         assert set(memory) == {str(GHOST_PID_BASE + n) for n in (200, 201, 210, 220, 101)}

@@ -191,8 +191,9 @@ def test_without_gpus_only_the_machine_is_offered_with_the_nvml_reason() -> None
     assert reasons.pop("/Cluster-Nodes") == (
         "The cluster pages read every node's readings from Prometheus: start nvdash with --prometheus URL.")
     assert reasons.pop("/Cluster-Pods") == (
-        "The pods page reads pods' past shares from Prometheus (--prometheus URL) or from this node's history file, "
-        "which is off (--no-history).")
+        "The pods page reads pods from Prometheus (--prometheus URL), or on a Kubernetes node from this node's "
+        "history file: it needs the kubelet's pod-resources socket (--kubelet-socket), process readings "
+        "(--process-interval above 0) and the history (not --no-history).")
     assert set(reasons.values()) == {"No NVIDIA GPU was found: NVML Shared Library Not Found."}
     assert [spec.route for spec in available_apps(inventory)] == ["/Machine-Resources"]
     # A machine without GPUs can still show the cluster, read from Prometheus.

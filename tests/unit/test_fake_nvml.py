@@ -473,7 +473,8 @@ def test_slow_function_on_one_device(install: Install) -> None:
         "name:0:" + "a" * 96,
         "name:0:GPU@3",
         "process:0:0",
-        "process:0:1@2",
+        "process:0:1@-2",
+        "process:0:1:0.5@later",
         "process:8:1",
     ],
 )

@@ -3,16 +3,30 @@ and every surface reading the store's judge."""
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
 from nvdash.health.quota_judge import SUSTAIN_READINGS, UNUSED_AFTER_S, QuotaJudge, store_findings, watch
 from nvdash.health.quotas import QuotaFinding
+from nvdash.metrics.collector import ExportOptions, StoreCollector
+from nvdash.metrics.counters import default_counters
+from nvdash.metrics.exposition import text_format
 from nvdash.metrics.quota_families import FINDING_FAMILY as FINDING
 from nvdash.sampling.records import HostSample, Snapshot
 from nvdash.sampling.usage_records import GpuProcess, Grant, Usage
 from nvdash.server.usage_json import processes_json
 from nvdash.store import Store
-from tests.server.test_quotas import metric_samples
 from tests.unit.test_apps_processes import INVENTORY
 from tests.unit.test_quotas import GPU0, GPUS, hami, proc
+
+
+def metric_samples(store: Store, family: str) -> list[tuple[dict[str, str], float]]:
+    """``family``'s samples as a scrape of ``store`` gives them (pods on)."""
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(store, default_counters(), ExportOptions(hostname="node-a", pods=True)))
+    text = text_format(registry.collect()).decode()
+    return [(sample.labels, sample.value) for parsed in text_string_to_metric_families(text)
+            if parsed.name == family for sample in parsed.samples]
 
 
 def reading(time_s: float, sm: float | None, grants: list[Grant] | None = None,
