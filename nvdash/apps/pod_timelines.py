@@ -1,4 +1,4 @@
-"""One pod's timelines (SM share in GPUs-worth, memory) over a past range, behind the time range control.
+"""One pod's timelines (SM share in devices-worth, memory) over a past range, behind the time range control.
 
 The control speaks :class:`~nvdash.history.query.HistoryBackend`; :class:`PodRangeBackend` answers it for the pod
 chosen on the page from a :class:`PodSource` (Prometheus across the cluster, or this node's history file), so the
@@ -82,7 +82,8 @@ class PodTimelines:
         self.on_shown: Callable[[float, float], None] | None = None
         """Told each range drawn (the page lists the pods recorded over it)."""
         self.source = ColumnDataSource(data=timeline_data(), name="pod-timeline")
-        self.sm = timeline_figure("SM share (GPUs-worth: 1 = one whole GPU busy)", "GPUs", Unit.PCT, x_range, None)
+        self.sm = timeline_figure("SM share (1 = one of its GPUs or MIG instances fully busy; summed over them)",
+                                  "devices", Unit.PCT, x_range, None)
         self.sm.yaxis.formatter = BasicTickFormatter()
         self.memory = timeline_figure("GPU memory held", "memory", Unit.BYTES, x_range, None)
         for fig, column, color, text in ((self.sm, SM_METRIC, SM_COLOR, "@sm_gpus{0.00} GPU"),

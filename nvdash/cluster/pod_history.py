@@ -2,7 +2,8 @@
 
 Every node's nvdash exports ``nvdash_pod_gpu_sm_share_ratio`` (0-1 of the unit) and ``nvdash_pod_gpu_memory_bytes``
 per pod container and unit. The pod's SM share is the sum over its containers and units of each series' mean over
-the step (in GPUs-worth: 0.5 of one GPU plus 0.3 of another is 0.8 GPU); its memory the sum of the means.
+the step (in devices-worth: 0.5 of one GPU plus 0.3 of another is 0.8; a MIG instance fully busy counts 1); its
+memory the sum of the means.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class PrometheusPodHistory:
         self.client = client
 
     def timeline(self, namespace: str, pod: str, start_s: float, end_s: float) -> PodTimeline:
-        """The pod's SM share (GPUs-worth) and memory over ``[start_s, end_s]``: one point per step, at the start of
+        """The pod's SM share (devices-worth) and memory over ``[start_s, end_s]``: one point per step, at the start of
         the step it summarises (NaN where Prometheus has nothing)."""
         if not (math.isfinite(start_s) and math.isfinite(end_s)) or start_s >= end_s:
             raise ValueError("the range's start must be before its end")

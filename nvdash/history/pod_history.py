@@ -33,7 +33,8 @@ class LocalPodHistory:
         self.history = history
 
     def timeline(self, namespace: str, pod: str, start_s: float, end_s: float) -> PodTimeline:
-        """The pod's SM share (GPUs-worth) and memory over ``[start_s, end_s]``, one point per step."""
+        """The pod's SM share (devices-worth: a GPU or MIG instance fully busy is 1) and memory over
+        ``[start_s, end_s]``, one point per step."""
         step = local_step(start_s, end_s)
         with self.history.reading() as connection:
             found = pod_timeline(connection, namespace, pod, start_s, end_s, step_s=step)

@@ -88,9 +88,9 @@ def has_table(connection: sqlite3.Connection) -> bool:
 
 @dataclass(frozen=True)
 class PodTimeline:
-    """A pod's use over a range, one point per step (bucket starts): SM share in GPUs-worth (the sum over its
-    containers and units of each one's mean SM share, 0.5 + 0.3 on two GPUs = 0.8) and memory in bytes (the sum of
-    each one's mean); NaN where nothing was recorded."""
+    """A pod's use over a range, one point per step (bucket starts): SM share in devices-worth (a GPU or a MIG
+    instance fully busy is 1; the sum over its containers and units of each one's mean SM share, 0.5 + 0.3 on two
+    GPUs = 0.8) and memory in bytes (the sum of each one's mean); NaN where nothing was recorded."""
 
     time_s: FloatArray
     sm_gpus: FloatArray

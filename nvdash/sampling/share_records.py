@@ -71,8 +71,8 @@ class UnitShares:
     unit: str
     """The GPU's UUID, or the MIG instance's."""
     sharing: str
-    """How the unit is given out, one of :data:`~nvdash.sampling.usage_records.SHARING_KINDS` (``whole`` when no
-    pod holds it)."""
+    """How the unit is given out, one of :data:`~nvdash.sampling.usage_records.SHARING_KINDS` (``whole`` for a GPU,
+    ``mig`` for a MIG instance, when no pod holds it)."""
     window_s: float
     """The span the SM shares are measured over (between two process readings)."""
     utilization_pct: float | None

@@ -60,13 +60,14 @@ def scale_to(utilization_pct: float | None, sm_pct: Mapping[ShareOwner, float]) 
     return {owner: value * factor for owner, value in sm_pct.items()}
 
 
-def sharing_of(unit: str, devices: Iterable[PodDevice]) -> str:
-    """How the pods hold ``unit`` (a GPU or MIG UUID): the kind of their allocations, ``whole`` when none does."""
+def sharing_of(unit: str, devices: Iterable[PodDevice], unheld: str = "whole") -> str:
+    """How the pods hold ``unit`` (a GPU or MIG UUID): the kind of their allocations, ``unheld`` when none does
+    (``whole`` for a GPU, ``mig`` for a MIG instance)."""
     kinds = {device.sharing for device in devices if device.uuid == unit}
     for kind in _SHARING_PREFERENCE:
         if kind in kinds:
             return kind
-    return min(kinds) if kinds else "whole"
+    return min(kinds) if kinds else unheld
 
 
 def mig_part(profile: str) -> float | None:
@@ -175,7 +176,7 @@ def split_usage(
             for instance in gpu.instances:
                 splits.append(split_unit(
                     gpu, instance.uuid, by_unit.get(instance.uuid, []), instance.sm_active_pct,
-                    sharing=sharing_of(instance.uuid, usage.pods.devices), window_s=window_s, measured=False,
+                    sharing=sharing_of(instance.uuid, usage.pods.devices, "mig"), window_s=window_s, measured=False,
                     instance=instance,
                 ))
             continue

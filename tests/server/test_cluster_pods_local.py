@@ -134,7 +134,7 @@ def test_a_pods_timeline_from_this_nodes_history_matches_its_shares(node: Nvdash
             assert all(b - a == 60_000.0 for a, b in zip(timeline["time"], timeline["time"][1:], strict=False))
             at = timeline["time"].index(bucket * 1000.0)
             sm_gpus, held = timeline["sm_gpus"][at], timeline["memory_bytes"][at]
-            # The minute's mean of the pod's share of its instance (in GPUs-worth) lies within what
+            # The minute's mean of the pod's share of its instance (devices-worth) lies within what
             # /api/processes.json served through that minute (1 point of slack for a reading between two of the
             # test's requests).
             low, high = min(observed[pod]), max(observed[pod])

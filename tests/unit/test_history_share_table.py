@@ -62,7 +62,7 @@ def test_the_writer_stores_pod_shares_per_minute_and_a_timeline_sums_them(tmp_pa
         coarse = pod_timeline(connection, "team", "a", T0, T0 + 120, step_s=120.0)
         seen = pods_seen(connection, T0, T0 + 120)
     assert timeline.time_s.tolist() == [T0, T0 + 60]
-    # SM in GPUs-worth: (50 + 10 + 30) % = 0.9 GPU, then (20 + 10 + 30) % = 0.6 GPU.
+    # SM in devices-worth: (50 + 10 + 30) % = 0.9 GPU, then (20 + 10 + 30) % = 0.6 GPU.
     assert np.allclose(timeline.sm_gpus, [0.9, 0.6])
     assert timeline.memory_bytes.tolist() == [350.0 * MIB, 350.0 * MIB]
     assert coarse.time_s.tolist() == [T0]

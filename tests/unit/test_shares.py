@@ -168,6 +168,7 @@ def test_sharing_comes_from_the_allocations_and_mps_clients_make_a_shared_replic
     assert sharing_of(UUID, (*replicas, whole)) == "shared"
     assert sharing_of(OTHER, (*replicas, whole)) == "whole"
     assert sharing_of(MIG3, replicas) == "whole"
+    assert sharing_of(MIG3, replicas, "mig") == "mig"  # a MIG instance no pod holds is still a MIG instance
     pods = PodResources((*replicas, whole), available=True, status="")
     mps = (pod_process(11, "a", 10.0, kinds=("compute", "mps")),)
     assert [d.sharing for d in with_mps(pods, mps).devices] == ["mps", "mps", "whole"]
@@ -191,6 +192,7 @@ def test_mig_instances_one_owner_gets_the_instance_several_owners_memory_only() 
     shares = tracker.update(1.0, (gpu(None, 7_000, power_w=140.0),), usage(0.0, processes, gpus=gpus))
     one = only(shares, MIG3)
     assert one.measured
+    assert one.sharing == "mig"  # no pod holds it, and it is still a MIG instance
     assert one.utilization_pct == 42.0
     assert by_pod(one)["a"] == pytest.approx((42.0, 1.0, 60.0, 3.0))  # 3/7 of 140 W and of 7 J
     assert one.unattributed_memory_bytes == 1000 * MiB
