@@ -10,11 +10,10 @@ Runs on the usage path (a read-pool thread), never on the event loop.
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from dataclasses import dataclass
 from typing import Any
 
+from nvdash.sampling.gpm_buffers import BufferPairs, metrics_between, other
 from nvdash.sampling.nvml_device import Device, GpuLost, NvmlCaller
 
 GRAPHICS_UTIL = 1
@@ -37,27 +36,20 @@ class MigActivity:
     sm_occupancy_pct: float | None
 
 
-@dataclass
-class _Slot:
-    buffers: list[Any]
-    previous: Any = None
-
-
 class MigGpmReader:
     """Keeps the previous sample of each (GPU, GPU instance) and turns the next one into :class:`MigActivity`."""
 
     def __init__(self, caller: NvmlCaller) -> None:
         self._caller = caller
-        self._nvml = caller.nvml
-        self._slots: dict[tuple[int, int], _Slot] = {}
-        self._lock = threading.Lock()
-        """Guards ``_slots`` and ``_closed``: GPUs are read on several pool threads while ``close`` may run."""
-        self._closed = False
+        self._buffers: BufferPairs[tuple[int, int]] = BufferPairs(caller)
+        self._previous: dict[tuple[int, int], Any] = {}
+        """The buffer holding each instance's previous sample (only the thread reading its GPU touches its keys)."""
 
     def read(self, device: Device, gpu_instance_ids: set[int]) -> dict[int, MigActivity]:
         """The activity of each GPU instance of ``device`` since the previous reading (none on the first reading of
         an instance, or when the GPU has no GPM). Samples of instances no longer listed are freed."""
-        self._forget(device.index, gpu_instance_ids)
+        for key in self._buffers.forget(lambda key: key[0] == device.index and key[1] not in gpu_instance_ids):
+            self._previous.pop(key, None)
         if not gpu_instance_ids or not self._caller.supported(device, "gpm"):
             return {}
         if not self._caller.supported(device, UNSUPPORTED):
@@ -72,75 +64,29 @@ class MigGpmReader:
         return found
 
     def _read_one(self, device: Device, gpu_instance_id: int) -> MigActivity | None:
-        nvml = self._nvml
-        slot = self._slot(device.index, gpu_instance_id)
-        if slot is None:
+        nvml = self._caller.nvml
+        key = (device.index, gpu_instance_id)
+        buffers = self._buffers.get(key)
+        if buffers is None:
             return None
-        current = slot.buffers[0] if slot.previous is not slot.buffers[0] else slot.buffers[1]
+        current = other(buffers, self._previous.get(key))
         try:
             self._caller.call(nvml.nvmlGpmMigSampleGet, device.handle, gpu_instance_id, current)
-            previous, slot.previous = slot.previous, current
+            previous, self._previous[key] = self._previous.get(key), current
             if previous is None:
                 return None
-            request = nvml.c_nvmlGpmMetricsGet_t()
-            request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-            request.numMetrics = len(_METRICS)
-            request.sample1 = previous
-            request.sample2 = current
-            for index, metric_id in enumerate(_METRICS):
-                request.metrics[index].metricId = metric_id
-            answer = self._caller.call(nvml.nvmlGpmMetricsGet, request)
+            values = metrics_between(self._caller, previous, current, _METRICS)
         except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
             device.unsupported.add(UNSUPPORTED)
             return None
         except nvml.NVMLError_GpuIsLost:
             raise GpuLost from None
         except nvml.NVMLError:
-            slot.previous = None
+            self._previous.pop(key, None)
             return None
-        values: list[float | None] = []
-        for index in range(len(_METRICS)):
-            metric = answer.metrics[index]
-            ok = metric.nvmlReturn == nvml.NVML_SUCCESS
-            values.append(min(max(float(metric.value), 0.0), 100.0) if ok else None)
         return MigActivity(*values)
-
-    def _slot(self, gpu: int, gpu_instance_id: int) -> _Slot | None:
-        """The instance's two sample buffers, allocated on first use; ``None`` once closed."""
-        key = (gpu, gpu_instance_id)
-        with self._lock:
-            slot = self._slots.get(key)
-            if slot is not None or self._closed:
-                return slot
-        made: list[Any] = []
-        try:
-            for _ in range(2):
-                made.append(self._caller.call(self._nvml.nvmlGpmSampleAlloc))
-        except BaseException:
-            self._free(made)
-            raise
-        with self._lock:
-            if not self._closed:
-                return self._slots.setdefault(key, _Slot(made))
-        self._free(made)
-        return None
-
-    def _forget(self, gpu: int, keep: set[int]) -> None:
-        with self._lock:
-            gone = [key for key in self._slots if key[0] == gpu and key[1] not in keep]
-            slots = [self._slots.pop(key) for key in gone]
-        for slot in slots:
-            self._free(slot.buffers)
-
-    def _free(self, buffers: list[Any]) -> None:
-        nvml = self._nvml
-        for buffer in buffers:
-            with contextlib.suppress(nvml.NVMLError):
-                self._caller.call(nvml.nvmlGpmSampleFree, buffer)
 
     def close(self) -> None:
         """Free every sample buffer (errors ignored: NVML may already be shut down); later reads allocate none."""
-        with self._lock:
-            held, self._slots, self._closed = list(self._slots.values()), {}, True
-        for slot in held:
-            self._free(slot.buffers)
+        self._buffers.close()
+        self._previous.clear()
