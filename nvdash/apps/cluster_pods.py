@@ -32,7 +32,7 @@ from nvdash.apps.context import AppContext
 from nvdash.apps.figures import add_page, data_table, format_bytes, format_pct, text_color, timeline_range
 from nvdash.apps.pod_timelines import PodRangeBackend, PodSource, PodTimelines
 from nvdash.apps.theme import apply_theme, request_arguments
-from nvdash.apps.time_range import CUSTOM, TimeRangeControl, query_values
+from nvdash.apps.time_range import CUSTOM, REPLACE_URL_JS, TimeRangeControl, query_values
 from nvdash.cluster import ClusterRuntime
 from nvdash.cluster.model import UNALLOCATED, ClusterPod, ClusterState, gpu_shares
 from nvdash.cluster.node_pods import node_pods
@@ -189,16 +189,7 @@ NAMESPACE_COLUMNS = (("namespace", "namespace", 160), ("pods", "pods", 60), ("de
                      ("idle", "GPUs held idle", 110))
 
 
-URL_JS = """
-const url = new URL(window.location.href);
-for (const name of names) {
-  url.searchParams.delete(name);
-}
-for (const [name, value] of cb_obj.tags) {
-  url.searchParams.set(name, value);
-}
-window.history.replaceState(window.history.state, "", url.toString());
-"""
+URL_JS = REPLACE_URL_JS
 """Keeps the page's URL on the chosen kind, namespace and pod (the server's view of them, in the pod menu's tags:
 one source, whichever widget changed first), so a bookmark reopens them."""
 LOCAL_POD_WINDOW_S = 7 * 86_400.0

@@ -38,7 +38,7 @@ HISTORY_OFF = "history is off (--no-history)"
 BAND_NOTE = "band: min\u2013max"
 RANGE_ARGUMENTS = ("range", "from", "to")
 
-URL_JS = """
+REPLACE_URL_JS = """
 const url = new URL(window.location.href);
 for (const name of names) {
   url.searchParams.delete(name);
@@ -47,8 +47,9 @@ for (const [name, value] of cb_obj.tags) {
   url.searchParams.set(name, value);
 }
 window.history.replaceState(window.history.state, "", url.toString());
-x_range.reset();
 """
+"""Sets the page's URL arguments ``names`` to the ``(name, value)`` pairs in the widget's tags (others stay)."""
+URL_JS = REPLACE_URL_JS + "x_range.reset();\n"
 """Keeps the page's URL on the shown range (other arguments stay) and lets the x axis follow the new data."""
 
 APPLY_JS = """
