@@ -179,11 +179,12 @@ def _columns(specs: Sequence[tuple[str, str, int]]) -> list[TableColumn]:
     return [TableColumn(field=field, title=title, width=width) for field, title, width in specs]
 
 
-POD_COLUMNS = (("node", "node", 120), ("namespace", "namespace", 110), ("pod", "pod", 170),
-               ("container", "container", 100), ("device", "device", 150), ("kind", "kind", 150),
+POD_COLUMNS = (("node", "node", 100), ("namespace", "namespace", 110), ("pod", "pod", 140),
+               ("container", "container", 100), ("device", "device", 140), ("kind", "kind", 110),
                ("share", "GPU share", 70), ("util", "utilization", 75), ("memory", "memory used", 90),
-               ("pod_sm", "pod's SM", 70), ("pod_memory", "pod's memory", 90), ("quota", "quota", 110),
-               ("flags", "quota flags", 230), ("idle", "30 min", 50))
+               ("pod_sm", "pod's SM", 70), ("pod_memory", "pod's memory", 90), ("quota", "quota", 100),
+               ("flags", "quota flags", 200), ("idle", "30 min", 50))
+"""Field, title and width: 1,345 px in all, so the table fits a 1,400 px window."""
 NAMESPACE_COLUMNS = (("namespace", "namespace", 160), ("pods", "pods", 60), ("devices", "devices", 70),
                      ("share", "GPUs held", 80), ("util", "mean utilization", 110), ("memory", "memory used", 110),
                      ("idle", "GPUs held idle", 110))
@@ -196,6 +197,10 @@ LOCAL_POD_WINDOW_S = 7 * 86_400.0
 """On a single node, the pods offered are those the history recorded over this long."""
 LOCAL_REFRESH_MS = 30_000
 CHOOSE_POD = "Choose a pod to see its SM share and memory over time."
+CHOOSE_HEIGHT = 40
+"""Pixels the timelines' place takes while no pod is chosen (the sentence only)."""
+TIMELINES_HEIGHT = 460
+"""Pixels of the chosen pod's two timelines."""
 
 
 TABLE_ROW_PX = 28
@@ -332,7 +337,7 @@ class _PodsPage:
         page_ctx = dataclasses.replace(ctx, history=self.backend, history_executor=source.executor, past_only=True)
         self.control = TimeRangeControl(doc, page_ctx, self.timelines, x_range, dark=dark)
         self.choose = Div(text=CHOOSE_POD, styles={"color": text_color(dark)})
-        self.holder = column(self.choose, sizing_mode="stretch_width", height=460)
+        self.holder = column(self.choose, sizing_mode="stretch_width", height=CHOOSE_HEIGHT)
         heading: dict[str, str | None] = {"color": text_color(dark), "font-weight": "bold", "margin-top": "6px"}
         self.pod_table = data_table(self.pods, _columns(POD_COLUMNS), dark, height=table_height(0),
                                     sizing_mode="stretch_width")
@@ -440,11 +445,13 @@ class _PodsPage:
             if self.backend.pod:
                 self.backend.namespace = self.backend.pod = ""
                 self.holder.children = [self.choose]
+                self.holder.height = CHOOSE_HEIGHT
             return
         if (namespace, pod) == (self.backend.namespace, self.backend.pod):
             return
         self.backend.namespace, self.backend.pod = namespace, pod
         self.holder.children = [self.timelines.layout]
+        self.holder.height = TIMELINES_HEIGHT
         if self.control.time_range is None:
             self.control.open()
         else:
