@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from nvdash.sampling.process_limits import (
     read_limits,
 )
 from nvdash.sampling.usage_records import ProcessLimits
+from tests.server.kubelet_pods import sleeping
 
 GPU0 = "GPU-98e1c2a4-5b3d-4f6e-8a7b-1c2d3e4f5a6b"
 GPU1 = "GPU-3f0b7d1e-9c2a-4e8b-b6d4-7a5e2c1f0d93"
@@ -98,16 +98,10 @@ def test_a_variable_cut_by_the_read_bound_is_dropped() -> None:
 
 @pytest.fixture
 def child_with_env() -> Iterator[subprocess.Popen[bytes]]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin"), "CUDA_DEVICE_MEMORY_LIMIT_0": "3000m",
-           "CUDA_DEVICE_SM_LIMIT": "30", "NVIDIA_VISIBLE_DEVICES": GPU0, "SECRET_TOKEN": "s3cr3t"}
-    child = subprocess.Popen(["sleep", "300"], env=env)
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{child.pid}/comm").read_text().strip() != "sleep":  # exec'd: its own environment
-        assert time.monotonic() < deadline, "the child never ran sleep"
-        time.sleep(0.01)
-    yield child
-    child.kill()
-    child.wait(10)
+    env = {"CUDA_DEVICE_MEMORY_LIMIT_0": "3000m", "CUDA_DEVICE_SM_LIMIT": "30", "NVIDIA_VISIBLE_DEVICES": GPU0,
+           "SECRET_TOKEN": "s3cr3t"}
+    with sleeping(1, [env]) as (child,):  # returned once exec'd: its /proc/PID/environ is its own
+        yield child
 
 
 def test_a_real_process_environment_is_read_and_the_host_table_keeps_its_limits(
