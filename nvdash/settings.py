@@ -50,6 +50,9 @@ class Settings:
     """The kubelet's pod-resources socket, for pod and container names."""
     pod_log_dir: str = "/var/log/pods"
     """The kubelet's pod log directory: its ``<namespace>_<pod>_<uid>`` entries name the pods of processes."""
+    jupyter_kernels: str | None = None
+    """The kernels file of the Jupyter server that started nvdash (``--jupyter-kernels``; see
+    :mod:`nvdash.sampling.jupyter_kernels`); ``None``: not started by Jupyter, no notebook views."""
     history: bool = True
     """Whether readings are recorded on disk (``--no-history`` turns it off)."""
     history_path: str | None = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nvdash.sampling.notebook_records import NotebookView
 from nvdash.sampling.share_records import UnitShares
 from nvdash.sampling.usage_records import Usage
 
@@ -240,6 +241,9 @@ class Snapshot:
     shares: tuple[UnitShares, ...] = ()
     """How each GPU (or MIG instance) divides among the pods, containers and processes on it, as of this snapshot
     (SM shares from the latest process reading, energy counted up to this snapshot); empty without usage."""
+    notebooks: NotebookView | None = None
+    """This Jupyter server's kernels joined to the GPU processes (as of the latest process reading); ``None`` when
+    nvdash was not given a kernels file (it was not started by Jupyter) or process readings are off."""
 
 
 @dataclass(frozen=True, slots=True)
