@@ -44,6 +44,8 @@ class Settings:
     """Samples kept in memory and streamed by the timelines in Live mode."""
     faults: str | None = None
     """Fault injection for the simulated GPUs (tests and demos), e.g. ``lose:3@10``."""
+    fake_process_file: str | None = None
+    """A process file the simulated GPUs list processes from while they run (tests and demos)."""
     process_interval_s: float = DEFAULT_INTERVAL_S
     """Seconds between readings of the GPU processes, pods and MIG instances; 0 turns them off."""
     kubelet_socket: str = DEFAULT_SOCKET

@@ -51,11 +51,14 @@ def open_hardware(
     faults: str | None = None,
     nvml: ModuleType | None = None,
     host: HostSource | None = None,
+    *,
+    process_file: str | None = None,
 ) -> Hardware:
     """Open NVML (real or simulated by profile name) and the host source.
 
     Without usable NVML the result has no GPU source and the inventory says why. An unknown profile or a
-    bad fault spec raises ``ValueError`` with a one-line message.
+    bad fault spec raises ``ValueError`` with a one-line message. ``process_file``: a process file the simulated
+    GPUs follow (see :mod:`nvdash.sampling.fake.process_file`).
     """
     source_of_host = host if host is not None else HostSource()
     host_reading: HostReading = source_of_host
@@ -66,7 +69,7 @@ def open_hardware(
         from nvdash.sampling.fake import FakeNvmlLibrary  # noqa: PLC0415 - only when simulating
         from nvdash.sampling.fake.host import HangingHost  # noqa: PLC0415 - only when simulating
 
-        library = FakeNvmlLibrary(simulate, seed=seed)
+        library = FakeNvmlLibrary(simulate, seed=seed, process_file=process_file)
         if faults:
             library.apply_faults(faults)
         if library.host_hangs():

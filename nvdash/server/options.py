@@ -22,6 +22,8 @@ from nvdash.settings import Settings
 
 ENV_SIMULATE = "NVDASH_SIMULATE"
 ENV_FAULTS = "NVDASH_FAKE_FAULTS"
+ENV_PROCESS_FILE = "NVDASH_FAKE_PROCESS_FILE"
+"""A process file for the simulated GPUs to follow (see ``nvdash.sampling.fake.process_file``)."""
 ENV_HISTORY = "NVDASH_HISTORY"
 """A history file path, or ``off``: the default of ``--history`` / ``--no-history`` (for the Jupyter proxy)."""
 ENV_METRICS_TOKEN = "NVDASH_METRICS_TOKEN"
@@ -394,6 +396,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         prefix=_prefix(args.prefix),
         live_samples=_live_samples(args.live_samples),
         faults=environ.get(ENV_FAULTS) or None,
+        fake_process_file=environ.get(ENV_PROCESS_FILE) or None,
         process_interval_s=process_interval,
         kubelet_socket=args.kubelet_socket or defaults.kubelet_socket,
         pod_log_dir=args.pod_log_dir or defaults.pod_log_dir,

@@ -65,7 +65,8 @@ def _accountant(settings: Settings, inventory: Inventory, names: NameResolver) -
 def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
     supervisor = Supervisor()
     try:
-        hardware = open_hardware(settings.simulate, seed=settings.seed, faults=settings.faults)
+        hardware = open_hardware(settings.simulate, seed=settings.seed, faults=settings.faults,
+                                 process_file=settings.fake_process_file)
     except ValueError as error:
         raise StartupError(str(error)) from None
     try:

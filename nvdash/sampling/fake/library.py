@@ -15,6 +15,9 @@ from . import constants as c
 from .cargs import as_int
 from .driver import Call, FakeDriver
 from .faults import Fault, FaultState, MigSupport, check_device, check_function, parse_faults
+from .listed_processes import parse_clear, parse_process
+from .liveness import ProcessLiveness
+from .process_file import ProcessFile
 from .profiles import PROFILES, Profile, profile_names
 from .usage_driver import MIG_HANDLE_FUNCTIONS
 from .usage_specs import ProcessSpec
@@ -52,6 +55,8 @@ class FakeNvmlLibrary:
 
     ``clock`` gives seconds (default ``time.time``); the workload's time is the clock minus its reading at
     construction. ``latency_scale`` multiplies every modelled call latency (0: no sleeping at all).
+    ``process_file``: the path of a process file to follow (see :mod:`.process_file`); ``proc_root``: where host
+    processes are looked up, to stop listing those that exited (see :mod:`.liveness`).
     """
 
     def __init__(
@@ -60,6 +65,9 @@ class FakeNvmlLibrary:
         seed: int = 0,
         clock: Callable[[], float] = time.time,
         latency_scale: float = 1.0,
+        *,
+        process_file: str | None = None,
+        proc_root: str = "/proc",
     ) -> None:
         if isinstance(profile, str):
             if profile not in PROFILES:
@@ -82,6 +90,8 @@ class FakeNvmlLibrary:
         self._counts: dict[str, int] = {}
         self._host_hangs: list[Fault] = []
         self.seed = seed
+        followed = None if process_file is None else ProcessFile(process_file, self._parse_listed_item, clock)
+        self._driver.usage.processes.follow(ProcessLiveness(proc_root, clock), followed)
 
     def __getattr__(self, name: str) -> EntryPoint:
         entry_points: dict[str, EntryPoint] | None = self.__dict__.get("_entry_points")
@@ -162,12 +172,24 @@ class FakeNvmlLibrary:
 
     def apply_faults(self, spec: str) -> None:
         """Apply a compact fault spec (see ``faults.parse_faults``); items with ``@T`` wait until T s after start."""
-        profile = self.profile
-        mig = MigSupport(profile.name, profile.mig_capable, frozenset(gpu for gpu, _ in profile.mig_layout),
-                         tuple((gpu, len(layout)) for gpu, layout in profile.mig_layout))
-        faults = parse_faults(spec, self._specs, profile.gpu_count, mig)
+        faults = parse_faults(spec, self._specs, self.profile.gpu_count, self._mig_support())
         for fault in faults:
             self._add(fault)
+
+    def _mig_support(self) -> MigSupport:
+        profile = self.profile
+        return MigSupport(profile.name, profile.mig_capable, frozenset(gpu for gpu, _ in profile.mig_layout),
+                          tuple((gpu, len(layout)) for gpu, layout in profile.mig_layout))
+
+    def _parse_listed_item(self, item: str) -> ProcessSpec | int:
+        """The process of a process file's ``process`` item, or the GPU of its ``clear_processes`` item."""
+        kind, *params = (part.strip() for part in item.split(":"))
+        if kind == "process":
+            return parse_process(params, self.profile.gpu_count, dict(self._mig_support().instances))
+        if kind == "clear_processes":
+            return parse_clear(params, self.profile.gpu_count)
+        raise ValueError("a process file holds only process:UNIT:PID[:SM_SHARE[:MEMORY_MIB[:KINDS]]] "
+                         "and clear_processes:GPU items")
 
     def host_hangs(self) -> list[Fault]:
         """The ``hang_host`` faults applied: the host reading's to enact (see :mod:`nvdash.sampling.fake.host`)."""
@@ -182,7 +204,7 @@ class FakeNvmlLibrary:
             self._driver.names[fault.device] = fault.text
             return
         if fault.process is not None:
-            self._driver.usage.processes.add(fault.process)
+            self._driver.usage.processes.add(fault.process, watch=True)
             return
         if fault.device is not None and fault.kind == "clear_processes":
             self._driver.usage.processes.clear_own(fault.device)

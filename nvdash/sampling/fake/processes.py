@@ -6,6 +6,8 @@ import math
 import threading
 from dataclasses import dataclass
 
+from .liveness import ProcessLiveness
+from .process_file import NO_ITEMS, ProcessFile
 from .profiles import Profile
 from .usage_specs import MIG_EMPTY_INSTANCE_MIB, ProcessSpec
 from .workload import Workload
@@ -31,7 +33,12 @@ class UtilizationSample:
 
 
 class ProcessTable:
-    """The processes of one simulated machine: the profile's own plus those a test adds (thread-safe)."""
+    """The processes of one simulated machine: the profile's own, those a test adds, and those a process file lists
+    (thread-safe).
+
+    Host processes listed by fault items (``watch``) or by the process file stop being listed once they exit, as
+    the driver stops listing them (see :mod:`.liveness`); those a test adds stay until it removes them.
+    """
 
     def __init__(self, profile: Profile, workload: Workload, created_at: float) -> None:
         self._profile = profile
@@ -39,11 +46,23 @@ class ProcessTable:
         self._created_at = created_at
         self._lock = threading.Lock()
         self._specs: list[ProcessSpec] = list(profile.processes)
+        self._own = frozenset(profile.processes)
+        self._watched: frozenset[ProcessSpec] = frozenset()
+        self._liveness: ProcessLiveness | None = None
+        self._file: ProcessFile | None = None
 
-    def add(self, spec: ProcessSpec) -> None:
-        """Start listing ``spec`` (replacing any process with the same PID on the same GPU)."""
+    def follow(self, liveness: ProcessLiveness | None, process_file: ProcessFile | None = None) -> None:
+        """Drop watched processes once ``liveness`` says they exited, and list what ``process_file`` lists."""
+        with self._lock:
+            self._liveness = liveness
+            self._file = process_file
+
+    def add(self, spec: ProcessSpec, *, watch: bool = False) -> None:
+        """Start listing ``spec`` (replacing any process with the same PID on the same GPU); ``watch``: until it
+        exits (a host process a fault item lists)."""
         with self._lock:
             self._specs = [s for s in self._specs if (s.pid, s.gpu) != (spec.pid, spec.gpu)] + [spec]
+            self._watched = (self._watched | {spec}) if watch else (self._watched - {spec})
 
     def remove(self, pid: int) -> bool:
         """Stop listing ``pid`` on every GPU; False if it was not listed."""
@@ -60,9 +79,23 @@ class ProcessTable:
             self._specs = [s for s in self._specs if s.gpu != gpu or s not in own]
 
     def on_gpu(self, gpu: int) -> list[ProcessSpec]:
-        """The processes on ``gpu`` (a copy)."""
+        """The processes on ``gpu`` now (a copy)."""
+        return [s for s in self._listed() if s.gpu == gpu]
+
+    def _listed(self) -> list[ProcessSpec]:
+        """Every process listed now: the table's and the process file's, less the watched ones that exited."""
         with self._lock:
-            return [s for s in self._specs if s.gpu == gpu]
+            specs, watched, liveness, process_file = self._specs, self._watched, self._liveness, self._file
+        items = process_file.items() if process_file is not None else NO_ITEMS
+        if items.processes or items.cleared:
+            replaced = {(s.pid, s.gpu) for s in items.processes}
+            specs = [s for s in specs
+                     if (s.pid, s.gpu) not in replaced and not (s.gpu in items.cleared and s in self._own)]
+            specs += items.processes
+            watched = watched | set(items.processes)
+        if liveness is None or not watched:
+            return list(specs)
+        return [s for s in specs if s not in watched or not liveness.exited(s.pid)]
 
     def fixed_bytes(self, gpu: int, mig: int | None = None) -> int:
         """Memory held by fixed-size processes on ``gpu`` (or in one of its MIG instances)."""
