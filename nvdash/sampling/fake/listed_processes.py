@@ -17,6 +17,14 @@ pods. Two items of the fault text form (``NVDASH_FAKE_FAULTS``) list host-visibl
 For example ``clear_processes:0;process:0:4242:0.5:1000;process:0:4243:0.3`` shows two real processes
 time-slicing GPU 0, doing 50 % and 30 % of its work. The items are parsed strictly: a bad one stops the server
 with a one-line error.
+
+As the driver does, a listed process that exits is no longer listed and its memory is freed: once its PID was seen
+alive under ``/proc`` and is gone (or a zombie, or reused), see :mod:`.liveness`. A PID never seen alive (made up,
+or of another PID namespace) stays listed.
+
+``NVDASH_FAKE_PROCESS_FILE=PATH`` lists processes while the simulated GPUs run, for PIDs known only then (a
+notebook server's kernels): the file holds the same two items, one a line or separated by ``;``, and is read again
+whenever it changes; the processes it lists are exactly its items. See :mod:`.process_file`.
 """
 
 from __future__ import annotations
