@@ -102,6 +102,10 @@ def nearest_known(pids: Iterable[int], known: Mapping[int, float], tree: Process
             if pid <= 1 or facts.ppid <= 0 or facts.ppid == pid:
                 break
             pid = facts.ppid
+        else:
+            # Cut short: what lies above is unknown, and a walk from a nearer start may still reach a kernel.
+            found.setdefault(start, None)
+            continue
         for step in path:
             found[step] = result
     return {pid: owner for pid in wanted if (owner := found.get(pid)) is not None}
