@@ -124,7 +124,10 @@ def test_processes_count_for_their_nearest_kernel_summed_per_gpu(tmp_path: Path,
         process(100, 1000, 10.0), process(102, 500, 20.0), process(102, 300, 5.0, gpu=1),
         process(201, 2000, 0.0), process(300, 4000, 60.0),
     ]), samples(7800, 300))
-    assert view.state == "ok" and view.reason is None and view.time_s == 50.0 and view.base_url == "/user/alice/"
+    assert view.state == "ok"
+    assert view.reason is None
+    assert view.time_s == 50.0
+    assert view.base_url == "/user/alice/"
     assert [use.kernel.id for use in view.kernels] == ["k1-0b8f", "k2-0b8f", "k3-0b8f"]
     first, second, remote = view.kernels
     assert [(u.gpu_index, u.gpu_uuid, u.memory_bytes, u.sm_pct, u.pids) for u in first.gpus] == [
@@ -132,11 +135,15 @@ def test_processes_count_for_their_nearest_kernel_summed_per_gpu(tmp_path: Path,
     assert first.memory_bytes == 1800 * MIB
     assert first.sm_pct == 17.5
     assert first.sm_pct_1min == 17.5
-    assert first.idle_since_s is None and first.holding_since_s == 50.0
+    assert first.idle_since_s is None
+    assert first.holding_since_s == 50.0
     assert [(u.gpu_index, u.memory_bytes, u.sm_pct, u.pids) for u in second.gpus] == [(0, 2000 * MIB, 0.0, (201,))]
-    assert second.memory_bytes == 2000 * MIB and second.sm_pct == 0.0
-    assert second.idle_since_s == 50.0 and second.holding_since_s == 50.0
-    assert remote.gpus == () and remote.memory_bytes is None
+    assert second.memory_bytes == 2000 * MIB
+    assert second.sm_pct == 0.0
+    assert second.idle_since_s == 50.0
+    assert second.holding_since_s == 50.0
+    assert remote.gpus == ()
+    assert remote.memory_bytes is None
 
 
 def test_sm_sum_is_capped_and_unknown_memory_or_sm_is_unknown(tmp_path: Path, proc: FakeProc) -> None:
@@ -150,10 +157,15 @@ def test_sm_sum_is_capped_and_unknown_memory_or_sm_is_unknown(tmp_path: Path, pr
         process(100, 100, 70.0), process(101, 100, 60.0), process(200, None, 5.0), process(201, 10, None, gpu=1),
     ]), samples(1000, 1000))
     first, second = view.kernels
-    assert first.gpus[0].sm_pct == 100.0 and first.memory_bytes == 200 * MIB
+    assert first.gpus[0].sm_pct == 100.0
+    assert first.memory_bytes == 200 * MIB
     assert [(u.memory_bytes, u.sm_pct) for u in second.gpus] == [(None, 5.0), (10 * MIB, None)]
-    assert second.memory_bytes is None and second.sm_pct is None and second.sm_pct_1min is None
-    assert second.holds_memory and second.idle_since_s is None and second.holding_since_s == 10.0
+    assert second.memory_bytes is None
+    assert second.sm_pct is None
+    assert second.sm_pct_1min is None
+    assert second.holds_memory
+    assert second.idle_since_s is None
+    assert second.holding_since_s == 10.0
 
 
 def test_a_process_that_reused_a_kernels_pid_is_not_that_kernel(tmp_path: Path, proc: FakeProc) -> None:
@@ -165,8 +177,11 @@ def test_a_process_that_reused_a_kernels_pid_is_not_that_kernel(tmp_path: Path, 
     view = tracker(path, proc).update(10.0, usage(10.0, [process(100, 800, 50.0), process(101, 200, 1.0),
                                                          process(200, 64, 3.0)]), samples(1064))
     first, second = view.kernels
-    assert first.gpus == () and first.memory_bytes == 0 and first.holding_since_s is None
-    assert second.memory_bytes == 64 * MIB and second.gpus[0].pids == (200,)
+    assert first.gpus == ()
+    assert first.memory_bytes == 0
+    assert first.holding_since_s is None
+    assert second.memory_bytes == 64 * MIB
+    assert second.gpus[0].pids == (200,)
 
 
 def test_nearest_known_stops_at_pid_1_at_a_loop_and_after_max_depth(proc: FakeProc) -> None:
@@ -298,7 +313,8 @@ def test_no_boot_id_in_the_file_compares_the_hostname_only(tmp_path: Path, proc:
     path = tmp_path / "kernels.json"
     write(path, [kernel(1, 100, started(1000))], boot_id=None)
     view = tracker(path, proc).update(3.0, usage(3.0, [process(100, 500, 1.0)]), samples(500))
-    assert view.state == "ok" and view.kernels[0].memory_bytes == 500 * MIB
+    assert view.state == "ok"
+    assert view.kernels[0].memory_bytes == 500 * MIB
 
 
 def test_no_gpu(tmp_path: Path, proc: FakeProc) -> None:
@@ -350,7 +366,8 @@ def test_processes_none_of_which_is_visible_mean_another_pid_namespace(tmp_path:
 
 # -- real processes ----------------------------------------------------------------------------------------------------
 
-GRANDCHILD = "import subprocess, time; g = subprocess.Popen(['sleep', '600']); print(g.pid, flush=True); time.sleep(600)"
+GRANDCHILD = ("import subprocess, time; g = subprocess.Popen(['sleep', '600']); print(g.pid, flush=True); "
+              "time.sleep(600)")
 PARENT = (
     "import subprocess, sys, time\n"
     f"child = subprocess.Popen([sys.executable, '-c', {GRANDCHILD!r}], stdout=subprocess.PIPE, text=True)\n"
@@ -389,7 +406,8 @@ def test_real_children_and_grandchildren_count_for_their_kernel(tmp_path: Path,
     (use,) = view.kernels
     assert [(u.gpu_index, u.memory_bytes, u.sm_pct, u.pids) for u in use.gpus] == [
         (0, 300 * MIB, 10.0, (child,)), (1, 200 * MIB, 15.0, (grandchild,))]
-    assert use.memory_bytes == 500 * MIB and use.sm_pct == 12.5
+    assert use.memory_bytes == 500 * MIB
+    assert use.sm_pct == 12.5
 
 
 def test_a_real_kernel_started_by_another_kernel_owns_its_own_processes(tmp_path: Path,
@@ -404,7 +422,8 @@ def test_a_real_kernel_started_by_another_kernel_owns_its_own_processes(tmp_path
     first, second = view.kernels
     assert [(u.memory_bytes, u.pids) for u in first.gpus] == [(100 * MIB, (parent,))]
     assert [(u.memory_bytes, u.pids) for u in second.gpus] == [(400 * MIB, (grandchild,))]
-    assert second.idle_since_s == 1.0 and first.idle_since_s is None
+    assert second.idle_since_s == 1.0
+    assert first.idle_since_s is None
 
 
 # -- in the sampler ----------------------------------------------------------------------------------------------------
@@ -445,7 +464,8 @@ def test_the_sampler_joins_each_new_reading_and_carries_the_view(tmp_path: Path,
     first, second = sampler.sample_once(), sampler.sample_once()
     assert reader.calls == 1
     assert first.notebooks is second.notebooks is notebooks.view
-    assert first.notebooks is not None and first.notebooks.time_s == 10.0
+    assert first.notebooks is not None
+    assert first.notebooks.time_s == 10.0
     assert first.notebooks.kernels[0].memory_bytes == 500 * MIB
 
 
@@ -462,6 +482,8 @@ def test_a_failing_join_costs_the_view_not_the_sweep(tmp_path: Path, proc: FakeP
                       notebooks=NotebookTracker(path, proc_root=proc.root, hostname=HOST, boot_id=BOOT,
                                                 reader=broken))
     snapshot = sampler.sample_once()
-    assert store.latest() is snapshot and snapshot.usage is not None and snapshot.notebooks is None
+    assert store.latest() is snapshot
+    assert snapshot.usage is not None
+    assert snapshot.notebooks is None
     assert sampler.stats().errors == 0
     assert [r.getMessage() for r in caplog.records] == ["joining the Jupyter kernels to the GPU processes failed"]
