@@ -31,6 +31,7 @@ from nvdash.sampling.process_tree import MAX_DEPTH, ProcessTree, nearest_known
 from nvdash.sampling.records import GpuSample, HostInfo, HostSample, Inventory
 from nvdash.sampling.sampler import Sampler
 from nvdash.sampling.usage_records import GpuProcess, GpuUsage, HostProcess, Usage
+from nvdash.server.options import UsageError, parse_settings
 from nvdash.store import Store
 
 MIB = 1 << 20
@@ -487,3 +488,16 @@ def test_a_failing_join_costs_the_view_not_the_sweep(tmp_path: Path, proc: FakeP
     assert snapshot.notebooks is None
     assert sampler.stats().errors == 0
     assert [r.getMessage() for r in caplog.records] == ["joining the Jupyter kernels to the GPU processes failed"]
+
+
+# -- the option --------------------------------------------------------------------------------------------------------
+
+
+def test_jupyter_kernels_option_gives_an_absolute_path_that_need_not_exist_yet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert parse_settings([], {}).jupyter_kernels is None
+    assert parse_settings(["--jupyter-kernels", "runtime/k.json"], {}).jupyter_kernels == str(
+        tmp_path / "runtime" / "k.json")
+    with pytest.raises(UsageError, match=r"^--jupyter-kernels needs a file name$"):
+        parse_settings(["--jupyter-kernels", " "], {})
