@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nvdash.freshness import Stale, is_stale
+from nvdash.sampling.notebook_records import NotebookView
+from nvdash.sampling.notebooks import NotebookTracker
 from nvdash.sampling.nvml_modes import Reprobe
 from nvdash.sampling.records import GpuEvent, GpuSample, HostSample, Snapshot
 from nvdash.sampling.share_records import UnitShares
@@ -87,7 +89,8 @@ class Sampler:
     under ``supervisor`` (an escaping error is logged, counted and the loop restarted) and beats after each sweep;
     :meth:`stale` says when sweeps or process readings have stopped completing. With process collection on, each
     snapshot carries the GPUs' shares (:class:`~nvdash.sampling.shares.ShareTracker`: SM shares from the latest
-    process reading, energy counted at every sweep).
+    process reading, energy counted at every sweep) and, given a ``notebooks`` tracker, the Jupyter kernels joined to
+    each new process reading (:class:`~nvdash.sampling.notebooks.NotebookTracker`; its latest view in every snapshot).
     """
 
     def __init__(
@@ -103,6 +106,7 @@ class Sampler:
         usage_interval_s: float = 2.0,
         supervisor: Supervisor | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        notebooks: NotebookTracker | None = None,
     ) -> None:
         if interval_s < MIN_INTERVAL_S:
             raise ValueError(f"interval must be at least {MIN_INTERVAL_S} s")
@@ -119,6 +123,10 @@ class Sampler:
         self._usage_errors = 0
         self._shares = ShareTracker() if usage is not None else None
         self._share_errors = 0
+        self._notebooks = notebooks
+        self._notebook_view: NotebookView | None = None if notebooks is None else notebooks.view
+        self._notebook_errors = 0
+        self._usage_fresh = False
         self._previous: Snapshot | None = None
         self._derive_errors = 0
         self._supervisor = supervisor if supervisor is not None else Supervisor()
@@ -177,7 +185,8 @@ class Sampler:
         gpus = self._gpus.read(self._interval_s * 0.8) if self._gpus is not None else ()
         host = self._host.read()
         usage = self._read_usage(time_s)
-        snapshot = Snapshot(time_s=time_s, gpus=gpus, host=host, usage=usage, shares=self._share(time_s, gpus, usage))
+        snapshot = Snapshot(time_s=time_s, gpus=gpus, host=host, usage=usage, shares=self._share(time_s, gpus, usage),
+                            notebooks=self._join_notebooks(gpus, usage))
         self._store.append(snapshot)
         self._record_events(snapshot)
         elapsed = time.monotonic() - started
@@ -198,6 +207,7 @@ class Sampler:
         self._usage_due_s = now + self._usage_interval_s
         try:
             self._latest_usage = self._usage.collect(time_s, self._interval_s * 0.5)
+            self._usage_fresh = True
             self._last_usage_mono = self._monotonic()
             self._last_usage_wall = time_s
         except Exception:
@@ -217,6 +227,21 @@ class Sampler:
             if self._share_errors == 1:
                 log.exception("computing the GPU shares failed")
             return ()
+
+    def _join_notebooks(self, gpus: tuple[GpuSample, ...], usage: Usage | None) -> NotebookView | None:
+        """The kernels joined to the process reading when it is new, else the latest join; a failing join costs the
+        view (``None`` until the next reading joins), never the sweep."""
+        if self._notebooks is None or not self._usage_fresh or usage is None:
+            return self._notebook_view
+        self._usage_fresh = False
+        try:
+            self._notebook_view = self._notebooks.update(usage.time_s, usage, gpus)
+        except Exception:
+            self._notebook_view = None
+            self._notebook_errors += 1
+            if self._notebook_errors == 1:
+                log.exception("joining the Jupyter kernels to the GPU processes failed")
+        return self._notebook_view
 
     def _record_events(self, snapshot: Snapshot) -> None:
         """Derive this sweep's events; a failing rule costs the events, never the sweep."""

@@ -45,6 +45,7 @@ from nvdash.server.history_api import ExportCsvHandler, HistoryJsonHandler, hist
 from nvdash.server.history_setup import HistoryRuntime
 from nvdash.server.loop_monitor import LoopMonitor, scheduled_timers
 from nvdash.server.metrics_handler import MetricsHandler, MetricsSetup
+from nvdash.server.notebooks_json import notebooks_json
 from nvdash.server.pages import (
     BadQuery,
     HtmlHandler,
@@ -364,6 +365,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         (r"/api/snapshot\.json", JsonHandler,
          {"produce": lambda _h: snapshot_json(store, runtime.clock, idle=runtime.accounting.idle()[1])}),
         (r"/api/processes\.json", JsonHandler, {"produce": lambda _h: processes_json(store)}),
+        (r"/api/notebooks\.json", JsonHandler, {"produce": lambda _h: notebooks_json(store, settings)}),
         (r"/api/accounting\.json", AccountingJsonHandler, {"book": runtime.accounting, "executor": history.executor}),
         (r"/api/accounting\.csv", AccountingCsvHandler, {"book": runtime.accounting, "executor": history.executor}),
         (

@@ -128,6 +128,12 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
         help="seconds between readings of the GPU processes, pods and MIG instances (default 2; 0: off)",
     )
     parser.add_argument(
+        "--jupyter-kernels",
+        default=None,
+        metavar="FILE",
+        help="the kernels file of the Jupyter server that started nvdash (jupyter-server-proxy passes it)",
+    )
+    parser.add_argument(
         "--kubelet-socket",
         default=None,
         metavar="PATH",
@@ -180,6 +186,15 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
                         help="label /metrics series with the Slurm job or pod that owns each GPU "
                         "(one more series per job: off by default)")
     return parser
+
+
+def _jupyter_kernels(value: str | None) -> str | None:
+    """The kernels file's absolute path (it need not exist yet: the Jupyter server writes it when it can)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise UsageError("--jupyter-kernels needs a file name")
+    return str(Path(value).expanduser().absolute())
 
 
 def _job_mapping_dir(value: str | None, environ: Mapping[str, str]) -> str | None:
@@ -399,6 +414,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         fake_process_file=environ.get(ENV_PROCESS_FILE) or None,
         process_interval_s=process_interval,
         kubelet_socket=args.kubelet_socket or defaults.kubelet_socket,
+        jupyter_kernels=_jupyter_kernels(args.jupyter_kernels),
         pod_log_dir=args.pod_log_dir or defaults.pod_log_dir,
         history=enabled,
         history_path=path,

@@ -24,6 +24,7 @@ from nvdash.sampling.cgroups import pod_names_from_logs
 from nvdash.sampling.hardware import Hardware, open_hardware
 from nvdash.sampling.host_processes import HostProcessTable
 from nvdash.sampling.kubelet import PodResourcesClient, PodResourcesWatcher
+from nvdash.sampling.notebooks import NotebookTracker
 from nvdash.sampling.records import GpuEvent, Inventory
 from nvdash.sampling.sampler import Sampler
 from nvdash.sampling.usage import UsageCollector
@@ -53,6 +54,14 @@ def _usage_collector(settings: Settings, hardware: Hardware, supervisor: Supervi
     hardware.on_close(watcher.stop)
     return UsageCollector(hardware.gpus, HostProcessTable(names=names), watcher,
                           lambda: pod_names_from_logs(pod_log_dir))
+
+
+def _notebooks(settings: Settings) -> NotebookTracker | None:
+    """The join of the Jupyter server's kernels to the GPU processes, when nvdash was given its kernels file and
+    reads the GPU processes (without them, ``/api/notebooks.json`` says so)."""
+    if settings.jupyter_kernels is None or settings.process_interval_s <= 0:
+        return None
+    return NotebookTracker(settings.jupyter_kernels)
 
 
 def _accountant(settings: Settings, inventory: Inventory, names: NameResolver) -> Accountant:
@@ -96,6 +105,7 @@ def _live_runtime(settings: Settings) -> tuple[Hardware, Runtime]:
         usage_interval_s=settings.process_interval_s,
         supervisor=supervisor,
         wall_clock=history.clock,
+        notebooks=_notebooks(settings),
     )
     gpus = hardware.gpus
     xid_status = "not started"
