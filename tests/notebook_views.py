@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from nvdash.sampling.jupyter_kernels import JupyterKernel, KernelSession
 from nvdash.sampling.notebook_records import KernelGpuUse, KernelUse, NotebookView
+from nvdash.sampling.records import HostSample, Snapshot
 
 MIB = 1 << 20
 GPU0 = "GPU-00000000-aaaa-bbbb-cccc-dddddddddddd"
@@ -29,3 +30,8 @@ def use(kernel_id: str, path: str | None, *held: tuple[int, int | None, float | 
 def view(time_s: float, *kernels: KernelUse) -> NotebookView:
     """An ``ok`` view of a reading at ``time_s``."""
     return NotebookView("ok", None, time_s, tuple(kernels), "/user/alice/")
+
+
+def snapshot(time_s: float, notebooks: NotebookView | None) -> Snapshot:
+    """A snapshot carrying ``notebooks`` (no GPU readings: the notebook pages read only the view)."""
+    return Snapshot(time_s, gpus=(), host=HostSample(), notebooks=notebooks)
