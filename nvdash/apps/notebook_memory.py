@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from html import escape
 from typing import Any, cast
 
 from bokeh.document import Document
@@ -70,7 +69,7 @@ class NotebookMemoryPage:
         self.doc = doc
         self.ctx = ctx
         dark = apply_theme(doc)
-        self.message = Div(text="", visible=False, name=MESSAGE_NAME, sizing_mode="stretch_width",
+        self.message = Div(text="", visible=False, name=MESSAGE_NAME, sizing_mode="stretch_width", render_as_text=True,
                            styles={"color": text_color(dark), "font-size": "1.1em", "padding": "4px 8px"})
         self.history_error = ""
         x_range = DataRange1d(range_padding=0, follow="end", follow_interval=WINDOW_S * 1000.0)
@@ -133,7 +132,7 @@ class NotebookMemoryPage:
         self.apply(self.readings(rows))
 
     def show_message(self, snapshot: Snapshot | None) -> None:
-        text = escape(" ".join(part for part in (message(snapshot), self.history_error) if part))
+        text = " ".join(part for part in (message(snapshot), self.history_error) if part)
         if self.message.text != text:
             self.message.text = text
         if self.message.visible != bool(text):
