@@ -177,3 +177,26 @@ def test_the_page_is_offered_only_when_a_jupyter_server_started_nvdash(tmp_path:
     with nvdash_server(("--simulate", "dgx-h100", "--no-history", "--process-interval", "0",
                         "--jupyter-kernels", str(kernels))) as server:
         assert ROUTE not in get_json(server.url + "/index.json")
+
+
+def test_a_history_that_cannot_be_read_is_said_on_the_page_and_the_live_lines_still_drawn(tmp_path: Path) -> None:
+    path = tmp_path / "history.sqlite"
+    path.write_bytes(b"not a database at all\n" * 100)
+    store = Store(inventory(1), capacity=10)
+    store.append(snapshot(NOW - 2, view(NOW - 2, use(A, TRAIN, (0, 300 * MIB, 10.0)))))
+    executor = ThreadPoolExecutor(1)
+    ctx = AppContext(store=store, interval_s=1.0, history=SqliteHistory(path), history_executor=executor,
+                     clock=lambda: NOW)
+    try:
+        with page_server(ctx) as (url, _loop):
+            session = pull_session(url=url)
+            try:
+                receive_until(session, lambda: message(session).visible is True and A in lines(session))
+                assert message(session).text.startswith("The history could not be read: ")
+                assert str(path) in message(session).text
+                assert "\n" not in message(session).text
+                assert lines(session)[A] == {"time": [(NOW - 2) * 1e3], "memory": [300.0 * MIB], "title": [TRAIN]}
+            finally:
+                session.close()
+    finally:
+        executor.shutdown()
