@@ -225,6 +225,11 @@ def _page_parts(x_range: Range) -> _PageParts:
     return _kept_on(x_range, "_nvdash_page_parts", _PageParts)
 
 
+def time_hover(x_range: Range) -> CustomJSHover:
+    """The hover formatter of local times for the page whose timelines share ``x_range`` (``@time{time}``)."""
+    return _page_parts(x_range).hover_time
+
+
 def source_view(source: ColumnDataSource) -> CDSView:
     """One view (all rows) for every line drawn from ``source``, instead of a view and a filter per line."""
     return _kept_on(source, "_nvdash_source_view", CDSView)

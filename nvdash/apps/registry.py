@@ -20,6 +20,7 @@ from nvdash.apps import (
     gpu_topology,
     gpu_utilization,
     machine_resources,
+    notebook_memory,
     nvlink_throughput,
     nvlink_timeline,
     pcie_throughput,
@@ -40,6 +41,9 @@ class Requirement(Enum):
     """A Prometheus to ask about the cluster (``--prometheus URL``)."""
     POD_HISTORY = "pod_history"
     """Pods' past shares: the cluster's from a Prometheus, or this node's from its history file."""
+    NOTEBOOKS = "notebooks"
+    """The kernels of the Jupyter server that started nvdash (``--jupyter-kernels``), joined to the GPU processes
+    (process readings on)."""
 
 
 @dataclass(frozen=True)
@@ -67,20 +71,25 @@ APPS: tuple[AppSpec, ...] = (
     AppSpec("/Machine-Resources", machine_resources.TITLE, machine_resources.build, Requirement.NONE),
     AppSpec("/Cluster-Nodes", cluster_nodes.TITLE, cluster_nodes.build, Requirement.PROMETHEUS),
     AppSpec("/Cluster-Pods", cluster_pods.TITLE, cluster_pods.build, Requirement.POD_HISTORY),
+    AppSpec("/GPU-Memory-by-Notebook", notebook_memory.TITLE, notebook_memory.build, Requirement.NOTEBOOKS),
 )
 NO_PROMETHEUS = "The cluster pages read every node's readings from Prometheus: start nvdash with --prometheus URL."
 NO_POD_HISTORY = ("The pods page reads pods from Prometheus (--prometheus URL), or on a Kubernetes node from this "
                   "node's history file: it needs the kubelet's pod-resources socket (--kubelet-socket), process "
                   "readings (--process-interval above 0) and the history (not --no-history).")
+NO_NOTEBOOKS = ("The notebooks page shows the GPU memory of a Jupyter server's kernels: it is offered when JupyterLab "
+                "starts nvdash (--jupyter-kernels) with process readings on (--process-interval above 0).")
 
 
 def unavailable_reason(spec: AppSpec, inventory: Inventory, cluster: bool = False,
-                       local_history: bool = False) -> str | None:
+                       local_history: bool = False, notebooks: bool = False) -> str | None:
     """``None`` when ``spec`` has data on this machine (or, for a cluster page, when a Prometheus is given; for the
-    pods page, a Prometheus or, on a Kubernetes node, this node's history: ``local_history``), else a plain sentence
-    saying why not."""
+    pods page, a Prometheus or, on a Kubernetes node, this node's history: ``local_history``; for the notebooks
+    page, a Jupyter server's kernels and process readings: ``notebooks``), else a plain sentence saying why not."""
     if spec.requires is Requirement.NONE:
         return None
+    if spec.requires is Requirement.NOTEBOOKS:
+        return None if notebooks else NO_NOTEBOOKS
     if spec.requires is Requirement.PROMETHEUS:
         return None if cluster else NO_PROMETHEUS
     if spec.requires is Requirement.POD_HISTORY:
@@ -98,9 +107,10 @@ def unavailable_reason(spec: AppSpec, inventory: Inventory, cluster: bool = Fals
     return None
 
 
-def available_apps(inventory: Inventory, cluster: bool = False, local_history: bool = False) -> list[AppSpec]:
+def available_apps(inventory: Inventory, cluster: bool = False, local_history: bool = False,
+                   notebooks: bool = False) -> list[AppSpec]:
     """The apps worth offering on this machine, in ``APPS`` order."""
-    return [spec for spec in APPS if unavailable_reason(spec, inventory, cluster, local_history) is None]
+    return [spec for spec in APPS if unavailable_reason(spec, inventory, cluster, local_history, notebooks) is None]
 
 
 def reads_prometheus(spec: AppSpec, cluster: bool) -> bool:

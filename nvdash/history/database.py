@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, NamedTuple
 
-from nvdash.history import accounting_table, share_table
+from nvdash.history import accounting_table, notebook_table, share_table
 from nvdash.history.catalog import Kind, Scope, gpu_raw_columns, host_raw_columns, metrics_of
 from nvdash.history.tiers import TIERS
 
@@ -81,6 +81,7 @@ def schema() -> list[str]:
         " PRIMARY KEY (t, gpu, pid)) WITHOUT ROWID",
         accounting_table.TABLE,
         share_table.TABLE,
+        notebook_table.TABLE,
     ]
     for tier in (tier.name for tier in TIERS):
         gpu_tier = ", ".join(_gauge_columns(Scope.GPU))
@@ -229,12 +230,14 @@ def _upgrade(connection: sqlite3.Connection) -> None:
     """Add the columns newer than the file (see :func:`added_columns`), and the accounting table to a file written
     before it existed."""
     missing = _missing_columns(connection)
-    if not missing and accounting_table.has_table(connection) and share_table.has_table(connection):
+    if (not missing and accounting_table.has_table(connection) and share_table.has_table(connection)
+            and notebook_table.has_table(connection)):
         return
     connection.execute("BEGIN IMMEDIATE")
     try:
         connection.execute(accounting_table.TABLE)
         connection.execute(share_table.TABLE)
+        connection.execute(notebook_table.TABLE)
         for table, columns in missing.items():
             for column in columns:
                 connection.execute(f"ALTER TABLE {table} ADD COLUMN {column.name} {column.definition}")
@@ -255,6 +258,8 @@ def _shadow_missing(connection: sqlite3.Connection) -> None:
         connection.execute(accounting_table.TABLE.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
     if not share_table.has_table(connection):
         connection.execute(share_table.TABLE.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
+    if not notebook_table.has_table(connection):
+        connection.execute(notebook_table.TABLE.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
 
 
 def _create(connection: sqlite3.Connection) -> None:

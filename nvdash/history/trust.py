@@ -27,7 +27,7 @@ PROGRESS_EVERY = 20_000
 """SQLite virtual-machine steps between two looks at the deadline (well under a millisecond)."""
 SQLITE_LIMIT_LENGTH = 0
 """``sqlite3_limit``'s id of the longest string or blob (``sqlite3.SQLITE_LIMIT_LENGTH`` from Python 3.11)."""
-OPTIONAL_TABLES = frozenset({"accounting", "pod_shares"})
+OPTIONAL_TABLES = frozenset({"accounting", "pod_shares", "notebook_memory"})
 """Tables a file written by an older nvdash may lack (a read connection adds them empty)."""
 
 

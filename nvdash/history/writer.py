@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from nvdash.history import accounting_table, inventory_json, share_table
+from nvdash.history import accounting_table, inventory_json, notebook_table, share_table
 from nvdash.history.accounting_table import StoredTally
 from nvdash.history.catalog import gpu_raw_columns, gpu_row, host_raw_columns, host_row
 from nvdash.history.database import WriteLock, lock_for_writing, open_database, transaction
@@ -159,6 +159,7 @@ class HistoryWriter:
         self._connection: sqlite3.Connection | None = None
         self._links: dict[int, tuple[float, tuple[Any, ...], tuple[Any, ...]]] = {}
         self._usage_time: float | None = None
+        self._notebook_time: float | None = None
         self._next_prune = 0.0
         self.stats = WriterStats()
 
@@ -267,14 +268,19 @@ class HistoryWriter:
         """Write one batch in one transaction; False (the tallies handed back) when it failed."""
         assert self._connection is not None
         started = time.perf_counter()
-        links_before, usage_before = dict(self._links), self._usage_time
+        links_before, usage_before, notebooks_before = dict(self._links), self._usage_time, self._notebook_time
         gpu: list[tuple[Any, ...]] = []
         host: list[tuple[Any, ...]] = []
         links: list[tuple[Any, ...]] = []
         processes: list[tuple[Any, ...]] = []
         shares: list[tuple[Any, ...]] = []
+        notebooks: list[tuple[Any, ...]] = []
         for snapshot in snapshots:
             shares += share_table.share_rows(snapshot.time_s, snapshot.shares)
+            view = snapshot.notebooks
+            if view is not None and view.time_s != self._notebook_time:
+                self._notebook_time = view.time_s
+                notebooks += notebook_table.notebook_rows(view)
             gpu += gpu_rows(snapshot)
             host.append((snapshot.time_s, *host_row(snapshot.host)))
             for sample in snapshot.gpus:
@@ -293,6 +299,7 @@ class HistoryWriter:
                 connection.executemany("INSERT OR IGNORE INTO nvlink_state (t, gpu, links) VALUES (?, ?, ?)", links)
                 connection.executemany(PROCESS_INSERT, processes)
                 connection.executemany(share_table.UPSERT, shares)
+                connection.executemany(notebook_table.UPSERT, notebooks)
                 connection.executemany(EVENT_INSERT, [
                     (e.time_s, e.gpu_index, e.kind, e.severity, e.code, e.counter, e.message) for e in events])
                 if tallies:
@@ -302,7 +309,7 @@ class HistoryWriter:
         except sqlite3.Error as error:
             if tallies and self.accounting is not None:
                 self.accounting.restore(tallies)
-            self._links, self._usage_time = links_before, usage_before
+            self._links, self._usage_time, self._notebook_time = links_before, usage_before, notebooks_before
             self._failed(error)
             if self.stats.failing_since is None:
                 self.stats.failing_since = self._clock()
@@ -336,6 +343,7 @@ class HistoryWriter:
             with transaction(self._connection) as connection:
                 self.stats.pruned_rows += prune(connection, horizon, self.retention_s)
                 self.stats.pruned_rows += share_table.prune(connection, horizon - self.retention_s)
+                self.stats.pruned_rows += notebook_table.prune(connection, horizon - self.retention_s)
                 if self.accounting is not None:
                     self.stats.pruned_rows += accounting_table.prune(
                         connection, horizon - self.accounting.retention_s)

@@ -331,11 +331,12 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
     cluster = runtime.cluster is not None
     local_history = (isinstance(history.backend, SqliteHistory) and settings.process_interval_s > 0
                      and is_socket(settings.kubelet_socket))
+    notebooks = settings.jupyter_kernels is not None and settings.process_interval_s > 0
     prefix = settings.prefix
     applications: dict[str, Application] = {}
     unavailable_routes: list[tuple[str, type[RequestHandler], dict[str, Any]]] = []
     for spec in APPS:
-        reason = unavailable_reason(spec, inventory, cluster, local_history)
+        reason = unavailable_reason(spec, inventory, cluster, local_history, notebooks)
         if reason is None:
             applications[spec.route] = _application(spec, context)
         else:
@@ -348,7 +349,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         health, stale = index_verdict(runtime, settings.interval_s)
         return render_index(inventory, prefix, settings.interval_s, store.capacity, ", ".join(profile_names()),
                             health=health, history=history.status, replay=history.replay, cluster=cluster,
-                            local_history=local_history, stale_since=stale)
+                            local_history=local_history, notebooks=notebooks, stale_since=stale)
 
     metrics = runtime.metrics or MetricsSetup.default(inventory.host.hostname)
     holder: list[Server] = []
@@ -356,7 +357,8 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
         (r"/", HtmlHandler, {"render": index_page}),
         (r"/index\.json", JsonHandler, {"produce": lambda _h: index_json(inventory, replay=history.replay,
                                                                                    cluster=cluster,
-                                                                                   local_history=local_history)}),
+                                                                                   local_history=local_history,
+                                                                                   notebooks=notebooks)}),
         (r"/info\.json", JsonHandler, {"produce": lambda _h: info_json(inventory, history_health(history))}),
         (r"/metrics", MetricsHandler, {"store": store, "counters": metrics.counters, "options": metrics.options,
                                         "token": settings.metrics_token, "accounting": runtime.accounting}),

@@ -30,11 +30,11 @@ REPLAY_MARK = " (replay)"
 
 
 def index_json(inventory: Inventory, replay: bool = False, cluster: bool = False,
-               local_history: bool = False) -> dict[str, str]:
+               local_history: bool = False, notebooks: bool = False) -> dict[str, str]:
     """Each available route mapped to its title, in the registry's order; a replay's titles say so."""
     mark = REPLAY_MARK if replay else ""
     return {spec.route: spec.title + ("" if reads_prometheus(spec, cluster) else mark)
-            for spec in available_apps(inventory, cluster, local_history)}
+            for spec in available_apps(inventory, cluster, local_history, notebooks)}
 
 
 def info_json(inventory: Inventory, history: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -81,6 +81,7 @@ def render_index(
     replay: bool = False,
     cluster: bool = False,
     local_history: bool = False,
+    notebooks: bool = False,
     stale_since: float | None = None,
 ) -> str:
     """The bookmarkable HTML index; ``health`` gives each GPU's current status and its first reason; ``stale_since``
@@ -119,8 +120,8 @@ def render_index(
             nvml_error=inventory.nvml_error or "no GPU was found",
             profiles=profiles,
             apps=[{"href": prefix + spec.route, "title": spec.title}
-                  for spec in available_apps(inventory, cluster, local_history)],
-            unavailable=_unavailable_by_reason(inventory, cluster, local_history),
+                  for spec in available_apps(inventory, cluster, local_history, notebooks)],
+            unavailable=_unavailable_by_reason(inventory, cluster, local_history, notebooks),
             interval=f"{interval_s:g}",
             live_samples=f"{live_samples} samples",
             history=history,
@@ -142,12 +143,12 @@ def _health_cell(health: GpuHealth | None) -> dict[str, str]:
     return {"status": health.status.value, "label": labels[health.status.value], "reason": reason}
 
 
-def _unavailable_by_reason(inventory: Inventory, cluster: bool = False,
-                           local_history: bool = False) -> list[dict[str, str]]:
+def _unavailable_by_reason(inventory: Inventory, cluster: bool = False, local_history: bool = False,
+                           notebooks: bool = False) -> list[dict[str, str]]:
     """The dashboards this machine cannot feed, grouped under each reason (a reason is said once)."""
     groups: dict[str, list[str]] = {}
     for spec in APPS:
-        reason = unavailable_reason(spec, inventory, cluster, local_history)
+        reason = unavailable_reason(spec, inventory, cluster, local_history, notebooks)
         if reason is not None:
             groups.setdefault(reason, []).append(spec.title)
     return [{"reason": reason, "titles": ", ".join(titles)} for reason, titles in groups.items()]

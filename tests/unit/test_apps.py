@@ -178,9 +178,11 @@ def test_apps_routes_titles_and_order() -> None:
         ("/Machine-Resources", "Machine Resources"),
         ("/Cluster-Nodes", "Cluster Nodes"),
         ("/Cluster-Pods", "Cluster Pods"),
+        ("/GPU-Memory-by-Notebook", "GPU Memory by Notebook"),
     ]
     assert [spec.requires for spec in APPS] == [Requirement.GPU] * 8 + [Requirement.NVLINK] * 2 + [
-        Requirement.TOPOLOGY, Requirement.NONE, Requirement.PROMETHEUS, Requirement.POD_HISTORY]
+        Requirement.TOPOLOGY, Requirement.NONE, Requirement.PROMETHEUS, Requirement.POD_HISTORY,
+        Requirement.NOTEBOOKS]
     assert all(isinstance(spec, AppSpec) and callable(spec.build) for spec in APPS)
 
 
@@ -194,6 +196,9 @@ def test_without_gpus_only_the_machine_is_offered_with_the_nvml_reason() -> None
         "The pods page reads pods from Prometheus (--prometheus URL), or on a Kubernetes node from this node's "
         "history file: it needs the kubelet's pod-resources socket (--kubelet-socket), process readings "
         "(--process-interval above 0) and the history (not --no-history).")
+    assert reasons.pop("/GPU-Memory-by-Notebook") == (
+        "The notebooks page shows the GPU memory of a Jupyter server's kernels: it is offered when JupyterLab starts "
+        "nvdash (--jupyter-kernels) with process readings on (--process-interval above 0).")
     assert set(reasons.values()) == {"No NVIDIA GPU was found: NVML Shared Library Not Found."}
     assert [spec.route for spec in available_apps(inventory)] == ["/Machine-Resources"]
     # A machine without GPUs can still show the cluster, read from Prometheus.
@@ -202,6 +207,9 @@ def test_without_gpus_only_the_machine_is_offered_with_the_nvml_reason() -> None
     # A single node with its history: the pods page, read from the history; the nodes page needs Prometheus.
     assert [spec.route for spec in available_apps(inventory, local_history=True)] == [
         "/Machine-Resources", "/Cluster-Pods"]
+    # Started by a Jupyter server (--jupyter-kernels, process readings on): its notebooks' page, whatever the GPUs.
+    assert [spec.route for spec in available_apps(inventory, notebooks=True)] == [
+        "/Machine-Resources", "/GPU-Memory-by-Notebook"]
     assert unavailable_reason(APPS[0], Inventory(host=HOST)) == "No NVIDIA GPU was found."
 
 
@@ -214,9 +222,9 @@ def test_without_nvlink_the_nvlink_apps_are_not_offered() -> None:
     assert {unavailable_reason(spec, inventory) for spec in nvlink_apps} == {
         "None of the GPUs on this machine has NVLink."}
     with_topology = replace(INVENTORY, topology=(("X", "NV18", "SYS"), ("NV18", "X", "SYS"), ("SYS", "SYS", "X")))
-    cluster_only = (Requirement.PROMETHEUS, Requirement.POD_HISTORY)
+    cluster_only = (Requirement.PROMETHEUS, Requirement.POD_HISTORY, Requirement.NOTEBOOKS)
     assert available_apps(with_topology) == [spec for spec in APPS if spec.requires not in cluster_only]
-    assert available_apps(with_topology, cluster=True) == list(APPS)
+    assert available_apps(with_topology, cluster=True, notebooks=True) == list(APPS)
     assert [spec.route for spec in available_apps(INVENTORY)] == [
         spec.route for spec in APPS if spec.requires not in (Requirement.TOPOLOGY, *cluster_only)]
 
