@@ -235,9 +235,9 @@ export function formatIdle(seconds: number): string {
   return hours % 24 ? `idle ${days} d ${hours % 24} h` : `idle ${days} d`;
 }
 
-/** The document a kernel runs (its first session's path), or the kernel's title when it has no session. */
+/** What a kernel is called on screen: its title (the notebook's path, a console's name, or the kernel's). */
 export function kernelLabel(kernel: INotebookKernel): string {
-  return kernel.sessions[0]?.path ?? kernel.title;
+  return kernel.title || kernel.id;
 }
 
 /** The path a click opens: a notebook's or file's, not a console's; null when there is none. */

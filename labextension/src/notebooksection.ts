@@ -238,7 +238,7 @@ class NotebookRow {
     const label = kernelLabel(kernel);
     const node = this.node;
     node.dataset.kernelId = kernel.id;
-    node.dataset.path = kernel.sessions[0]?.path ?? '';
+    node.dataset.path = path ?? '';
     node.dataset.memoryBytes = kernel.memory_bytes === null ? '' : String(kernel.memory_bytes);
     node.classList.toggle('jp-nvdash-Notebook-idle', kernel.idle_since !== null);
     setText(this._name, label);
