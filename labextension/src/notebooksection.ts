@@ -126,6 +126,9 @@ export class NotebookSection implements IDisposable {
       rows.set(kernel.id, row);
     }
     this._rows = rows;
+    if (this._errorKernel !== null && !rows.has(this._errorKernel)) {
+      this._showError(null); // the kernel it was about is gone or holds nothing any more
+    }
     setChildren(this._holders, [...rows.values()].map(row => row.node));
     this._holders.hidden = held.length === 0;
 
@@ -155,14 +158,16 @@ export class NotebookSection implements IDisposable {
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       const what = ACTION_LABELS[action].toLowerCase();
-      this._showError(`Could not ${what} the kernel of ${kernelLabel(kernel)}: ${message}`);
+      this._showError(`Could not ${what} the kernel of ${kernelLabel(kernel)}: ${message}`, kernel.id);
     }
     await this._monitor.check();
   };
 
-  private _showError(message: string | null): void {
+  /** Shows (or clears) the one-line error of the last action, about the kernel `kernelId`. */
+  private _showError(message: string | null, kernelId: string | null = null): void {
     this._error.textContent = message ?? '';
     this._error.hidden = message === null;
+    this._errorKernel = kernelId;
   }
 
   private readonly _monitor: NotebookMonitor;
@@ -174,6 +179,7 @@ export class NotebookSection implements IDisposable {
   private readonly _remote: HTMLElement;
   private readonly _remoteList: HTMLElement;
   private _remoteNames = '';
+  private _errorKernel: string | null = null;
   private _rows = new Map<string, NotebookRow>();
   private _lease: IDisposable | null = null;
   private _disposed = false;
