@@ -73,10 +73,16 @@ export class NotebookMonitor implements IDisposable {
     });
   }
 
-  /** Reads now (after a kernel action, say), unless the server is not up or has no notebooks document. */
-  check(): Promise<NotebooksState> {
+  /**
+   * Reads now, unless the server is not up or has no notebooks document. `fresh`: a read that starts after this
+   * call (after a kernel action), not one already under way.
+   */
+  check(fresh = false): Promise<NotebooksState> {
     if (this._status.state.kind !== 'up' || this._absentIn === this._generation()) {
       return Promise.resolve(this._state);
+    }
+    if (fresh && this._inflight) {
+      return this._inflight.then(() => this.check());
     }
     this._inflight ??= this._check().finally(() => {
       this._inflight = null;

@@ -160,7 +160,7 @@ export class NotebookSection implements IDisposable {
       const what = ACTION_LABELS[action].toLowerCase();
       this._showError(`Could not ${what} the kernel of ${kernelLabel(kernel)}: ${message}`, kernel.id);
     }
-    await this._monitor.check();
+    await this._monitor.check(true);
   };
 
   /** Shows (or clears) the one-line error of the last action, about the kernel `kernelId`. */
