@@ -105,6 +105,97 @@ export function checkHealth(): Promise<IHealth> {
   return requestJson<IHealth>('health', HEALTH_TIMEOUT_MS);
 }
 
+/** One Jupyter session of a kernel: a notebook, console or file that uses it. */
+export interface INotebookSession {
+  readonly path: string;
+  readonly name: string;
+  readonly type: string;
+}
+
+/** A kernel's use of one GPU (or MIG instance). */
+export interface INotebookGpu {
+  readonly index: number;
+  readonly uuid: string;
+  readonly mig_uuid: string | null;
+  readonly memory_bytes: number | null;
+  readonly sm_pct: number | null;
+  readonly pids: readonly number[];
+}
+
+/** One kernel of the Jupyter server and the GPU memory and time it holds (`gpus` empty: none). */
+export interface INotebookKernel {
+  readonly id: string;
+  readonly name: string;
+  readonly title: string;
+  /** False when the kernel runs on another machine than the one nvdash reads: nvdash cannot see its GPU use. */
+  readonly local: boolean;
+  readonly pid: number | null;
+  readonly execution_state: string | null;
+  readonly sessions: readonly INotebookSession[];
+  readonly memory_bytes: number | null;
+  readonly sm_pct: number | null;
+  readonly sm_pct_1min: number | null;
+  readonly idle_since: number | null;
+  readonly idle_s: number | null;
+  readonly holding_since: number | null;
+  readonly gpus: readonly INotebookGpu[];
+  readonly pids: readonly number[];
+}
+
+/** Whether nvdash could join the Jupyter server's kernels to the GPU processes (`ok`), or why not. */
+export type NotebookJoinState =
+  | 'ok'
+  | 'waiting'
+  | 'unreadable'
+  | 'elsewhere'
+  | 'no_gpu'
+  | 'no_processes'
+  | 'pid_namespace';
+
+/** What `api/notebooks.json` says: which kernels of the Jupyter server hold GPU memory. */
+export interface INotebooks {
+  readonly state: NotebookJoinState;
+  /** One plain sentence for every state but `ok`. */
+  readonly reason: string | null;
+  readonly time: number | null;
+  readonly base_url: string | null;
+  readonly memory_bytes: number | null;
+  readonly kernels: readonly INotebookKernel[];
+}
+
+/**
+ * Reads `api/notebooks.json`; rejects with an {@link NvdashError} whose `status` is 404 when this nvdash was
+ * started without the Jupyter server's kernels file, and with a plain one when the answer is not that document.
+ */
+export async function fetchNotebooks(): Promise<INotebooks> {
+  const body = await requestJson<unknown>('api/notebooks.json', HEALTH_TIMEOUT_MS);
+  if (!isNotebooks(body)) {
+    throw new NvdashError(`${nvdashUrl('api/notebooks.json')} did not answer with the notebooks document.`);
+  }
+  return body;
+}
+
+/** A shallow check of the document's shape: enough that rendering it cannot throw. */
+function isNotebooks(body: unknown): body is INotebooks {
+  if (typeof body !== 'object' || body === null) {
+    return false;
+  }
+  const { state, kernels } = body as { state?: unknown; kernels?: unknown };
+  return (
+    typeof state === 'string' &&
+    Array.isArray(kernels) &&
+    kernels.every(
+      (kernel: unknown) =>
+        typeof kernel === 'object' &&
+        kernel !== null &&
+        typeof (kernel as { id?: unknown }).id === 'string' &&
+        typeof (kernel as { title?: unknown }).title === 'string' &&
+        Array.isArray((kernel as { gpus?: unknown }).gpus) &&
+        Array.isArray((kernel as { sessions?: unknown }).sessions)
+    )
+  );
+}
+
 /**
  * The GPUs as short lines, consecutive GPUs of one model together: `GPUs 0–7: NVIDIA H100 80GB HBM3`;
  * with no GPU, the reason NVML gave.

@@ -1,5 +1,6 @@
 /**
- * The left-sidebar panel "GPU Dashboards": the machine, its GPUs, and one button per dashboard.
+ * The left-sidebar panel "GPU Dashboards": the machine, its GPUs, which notebooks hold them, and one button per
+ * dashboard.
  */
 import { IDisposable } from '@lumino/disposable';
 import { Message } from '@lumino/messaging';
@@ -7,12 +8,15 @@ import { Widget } from '@lumino/widgets';
 
 import { IDashboard, describeGpus } from './api';
 import { nvdashIcon } from './icons';
+import { NotebookSection } from './notebooksection';
 import { ServerState, ServerStatus } from './status';
 
 /** What the sidebar needs: the shared server status and what a click on a dashboard does. */
 export interface ISidebarOptions {
   readonly status: ServerStatus;
   readonly open: (dashboard: IDashboard) => void;
+  /** The "Notebooks on the GPU" section, shown above the dashboards; the sidebar disposes it. */
+  readonly notebooks?: NotebookSection | null;
 }
 
 /** Lists the dashboards the server offers; says so plainly, with a retry, when the server is not there. */
@@ -21,6 +25,7 @@ export class DashboardSidebar extends Widget {
     super();
     this._status = options.status;
     this._open = options.open;
+    this._notebooks = options.notebooks ?? null;
     this.id = 'nvdash-sidebar';
     this.addClass('jp-nvdash-Sidebar');
     this.title.icon = nvdashIcon;
@@ -42,6 +47,7 @@ export class DashboardSidebar extends Widget {
       return;
     }
     this._lease?.dispose();
+    this._notebooks?.dispose();
     this._status.changed.disconnect(this._render);
     super.dispose();
   }
@@ -50,12 +56,14 @@ export class DashboardSidebar extends Widget {
   protected override onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
     this._lease ??= this._status.use();
+    this._notebooks?.setShown(true);
   }
 
   protected override onAfterHide(msg: Message): void {
     super.onAfterHide(msg);
     this._lease?.dispose();
     this._lease = null;
+    this._notebooks?.setShown(false);
   }
 
   private readonly _render = (_sender: ServerStatus, state: ServerState): void => {
@@ -93,7 +101,11 @@ export class DashboardSidebar extends Widget {
         if (info.simulated) {
           parts.push(paragraph('jp-nvdash-Sidebar-note', `Simulated GPUs (profile ${info.simulated}).`));
         }
-        parts.push(gpus, this._list(dashboards));
+        parts.push(gpus);
+        if (this._notebooks) {
+          parts.push(this._notebooks.node);
+        }
+        parts.push(this._list(dashboards));
         body.replaceChildren(...parts);
         break;
       }
@@ -125,6 +137,7 @@ export class DashboardSidebar extends Widget {
   private readonly _status: ServerStatus;
   private readonly _open: (dashboard: IDashboard) => void;
   private readonly _body: HTMLElement;
+  private readonly _notebooks: NotebookSection | null;
   private _lease: IDisposable | null = null;
 }
 
