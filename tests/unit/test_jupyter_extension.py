@@ -133,3 +133,75 @@ def test_the_extension_point_and_no_bokeh_nvml_or_server_on_import() -> None:
             "or m.startswith('nvdash.server')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.strip() == "[]"
+
+
+class KernelManager:
+    """One kernel as jupyter_server's kernel manager holds it: its name, state and provisioner."""
+
+    def __init__(self, name: str, state: str, provisioner: object) -> None:
+        self.kernel_name = name
+        self.execution_state = state
+        self.provisioner = provisioner
+
+
+class Kernels:
+    """The kernel manager's and the session manager's side of jupyter_server (what the tree is built from)."""
+
+    def __init__(self, kernels: dict[str, KernelManager], sessions: list[dict[str, object]]) -> None:
+        self.kernels = kernels
+        self.sessions = sessions
+
+    def list_kernel_ids(self) -> list[str]:
+        return list(self.kernels)
+
+    def get_kernel(self, kernel_id: str) -> KernelManager:
+        return self.kernels[kernel_id]
+
+    async def list_sessions(self) -> list[dict[str, object]]:
+        return self.sessions
+
+
+def local_provisioner(process: subprocess.Popen[bytes]) -> object:
+    """jupyter_client's LocalProvisioner holding ``process`` as if it had launched it."""
+    from jupyter_client.kernelspec import KernelSpec
+    from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+    provisioner = LocalProvisioner(kernel_id="k", kernel_spec=KernelSpec())
+    provisioner.process = process
+    provisioner.pid = process.pid
+    return provisioner
+
+
+def test_the_tree_has_local_kernels_processes_and_never_guesses_another_ones() -> None:
+    import psutil
+
+    from nvdash.jupyter.tree import build_kernels
+
+    running = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    try:
+        kernels = Kernels(
+            {
+                "local": KernelManager("python3", "busy", local_provisioner(running)),
+                "ended": KernelManager("python3", "dead", local_provisioner(ended)),
+                "gateway": KernelManager("R", "idle", None),
+            },
+            [
+                {"id": "s1", "path": "a.ipynb", "name": "a.ipynb", "type": "notebook", "kernel": {"id": "local"}},
+                {"id": "s2", "path": "x", "name": "x", "type": "widget", "kernel": {"id": "local"}},
+                {"id": "s3", "path": "b.ipynb", "name": "b.ipynb", "type": "notebook", "kernel": {"id": "gateway"}},
+                {"id": "s4", "path": "c.py", "name": "c.py", "type": "console", "kernel": {"id": "local"}},
+            ],
+        )
+        tree = asyncio.run(build_kernels(SERVER, kernels, kernels, clock=lambda: 7.0))
+        assert tree == JupyterKernels(server=SERVER, written_s=7.0, kernels=(
+            JupyterKernel(id="local", name="python3", pid=running.pid,
+                          started_s=psutil.Process(running.pid).create_time(), local=True, execution_state="busy",
+                          sessions=(KernelSession("a.ipynb", "a.ipynb", "notebook"),
+                                    KernelSession("c.py", "c.py", "console"))),
+            JupyterKernel(id="gateway", name="R", pid=None, started_s=None, local=False, execution_state="idle",
+                          sessions=(KernelSession("b.ipynb", "b.ipynb", "notebook"),)),
+        ))
+    finally:
+        running.communicate(b"")
