@@ -126,6 +126,12 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
         help="seconds between readings of the GPU processes, pods and MIG instances (default 2; 0: off)",
     )
     parser.add_argument(
+        "--jupyter-kernels",
+        default=None,
+        metavar="FILE",
+        help="the kernels file of the Jupyter server that started nvdash (given by the Jupyter proxy)",
+    )
+    parser.add_argument(
         "--kubelet-socket",
         default=None,
         metavar="PATH",
@@ -396,6 +402,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         faults=environ.get(ENV_FAULTS) or None,
         process_interval_s=process_interval,
         kubelet_socket=args.kubelet_socket or defaults.kubelet_socket,
+        jupyter_kernels=args.jupyter_kernels,
         pod_log_dir=args.pod_log_dir or defaults.pod_log_dir,
         history=enabled,
         history_path=path,

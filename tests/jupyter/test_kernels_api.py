@@ -26,7 +26,13 @@ import psutil
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
-from nvdash.sampling.jupyter_kernels import KernelsFileError, kernels_file_path, read_kernels_file, to_json
+from nvdash.sampling.jupyter_kernels import (
+    JupyterKernel,
+    KernelsFileError,
+    kernels_file_path,
+    read_kernels_file,
+    to_json,
+)
 from tests.jupyter.jupyter import JupyterLab, jupyter_lab
 
 BASE_URL = "/user/alice/"
@@ -183,22 +189,32 @@ def test_kernels_file_says_the_same_as_the_api(kernels: Kernels) -> None:
     assert [kernel["sessions"][0]["path"] for kernel in written["kernels"]] == list(NOTEBOOKS)
 
 
-def test_a_deleted_session_leaves_the_kernels_file(kernels: Kernels) -> None:
+def test_a_restarted_kernel_renamed_session_and_deleted_session_reach_the_kernels_file(kernels: Kernels) -> None:
     lab = kernels.lab
     path = kernels_file(lab)
     session = start_session(lab, "scratch.ipynb")
     kernel_id = str(session["kernel"]["id"])
 
-    def kernel_ids() -> list[str]:
+    def listed() -> dict[str, JupyterKernel]:
         with suppress(KernelsFileError):
-            return [kernel.id for kernel in read_kernels_file(path).kernels]
-        return []
+            return {kernel.id: kernel for kernel in read_kernels_file(path).kernels}
+        return {}
 
-    until("the new kernel is in the file", lambda: True if kernel_id in kernel_ids() else None)
+    first = until("the new kernel is in the file", lambda: listed().get(kernel_id))
+    status, body = api(lab, "POST", f"api/kernels/{kernel_id}/restart")
+    assert status == 200, body
+    restarted = until("the restarted kernel's new process is in the file",
+                      lambda: kernel if (kernel := listed().get(kernel_id)) and kernel.pid != first.pid else None)
+    assert restarted.pid is not None
+    assert b"ipykernel_launcher" in cmdline(restarted.pid)
+    status, body = api(lab, "PATCH", f"api/sessions/{session['id']}", {"path": "renamed.ipynb", "name": "renamed"})
+    assert status == 200, body
+    until("the renamed session is in the file",
+          lambda: True if [s.path for s in listed()[kernel_id].sessions] == ["renamed.ipynb"] else None)
     status, body = api(lab, "DELETE", f"api/sessions/{session['id']}")
     assert status == 204, body
-    until("the deleted kernel leaves the file", lambda: True if kernel_id not in kernel_ids() else None)
-    assert sorted(kernel_ids()) == sorted(kernels.kernel_id(path) for path in NOTEBOOKS)
+    until("the deleted kernel leaves the file", lambda: True if kernel_id not in listed() else None)
+    assert sorted(listed()) == sorted(kernels.kernel_id(path) for path in NOTEBOOKS)
 
 
 @pytest.mark.parametrize("token", [None, "not-the-token"], ids=["no-token", "wrong-token"])
@@ -212,7 +228,8 @@ def test_the_api_refuses_without_jupyters_token_and_tells_nothing(kernels: Kerne
 
 def test_the_proxied_nvdash_is_told_the_kernels_file(kernels: Kernels) -> None:
     lab = kernels.lab
-    api(lab, "GET", "nvdash/")  # Jupyter starts nvdash on the first request
+    status, body = api(lab, "GET", "nvdash/")  # Jupyter starts nvdash on the first request; it takes the option
+    assert status == 200, body
     pids = until("Jupyter started nvdash", lambda: lab.nvdash_pids() or None)
     arguments = cmdline(pids[0])
     index = arguments.index(b"--jupyter-kernels")
