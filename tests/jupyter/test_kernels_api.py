@@ -236,12 +236,18 @@ def test_the_proxied_nvdash_is_told_the_kernels_file(kernels: Kernels) -> None:
     assert arguments[index + 1] == os.fsencode(kernels_file(lab))
 
 
-def test_the_file_is_written_without_kernels_at_start_and_removed_at_stop() -> None:
-    with jupyter_lab() as lab:
+def test_at_root_the_file_starts_empty_reading_needs_the_kernels_permission_and_stop_removes_it() -> None:
+    authorizer = "--ServerApp.authorizer_class=tests.jupyter.authorizers.NoKernels"
+    with jupyter_lab(extra_args=(authorizer,)) as lab:
         path = kernels_file(lab)
         written = read_kernels_file(path)
         assert (written.kernels, written.server.pid, written.server.base_url) == ((), lab.process.pid, "/")
         assert path.stat().st_mode & 0o777 == 0o600
+        session = start_session(lab, "allowed.ipynb")  # the session API is not the kernels resource
+        assert api(lab, "GET", "api/status")[0] == 200
+        status, body = api(lab, "GET", "api/nvdash/kernels")
+        assert status == 403
+        assert str(session["kernel"]["id"]) not in body
         lab.process.send_signal(signal.SIGTERM)
         lab.process.wait(30)
         assert not path.exists(), lab.output()
