@@ -17,7 +17,7 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from nvdash.jupyter.descendants import kernel_descendants, process_parents
+from nvdash.jupyter.processes import kernel_descendants, process_parents
 from nvdash.sampling.jupyter_kernels import JupyterKernels, to_json
 
 ROUTE = "api/nvdash/kernels"

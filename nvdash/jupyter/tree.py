@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import psutil
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
+from nvdash.jupyter.processes import process_start_s
 from nvdash.sampling.jupyter_kernels import (
     SESSION_TYPES,
     JupyterKernel,
@@ -32,14 +32,6 @@ from nvdash.sampling.jupyter_kernels import (
 
 TEXT_LIMIT = 4096
 """The longest text the file format carries (a longer session path is left out, not cut)."""
-
-
-def process_start_s(pid: int) -> float | None:
-    """The start time of process ``pid`` (seconds since the epoch), ``None`` when it is gone or hidden."""
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
 
 
 def server_record(pid: int, base_url: str) -> JupyterServer:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from nvdash.jupyter import _jupyter_server_extension_points
-from nvdash.jupyter.descendants import kernel_descendants, process_parents
 from nvdash.jupyter.handlers import kernels_document
 from nvdash.jupyter.keeper import KernelsFileKeeper
+from nvdash.jupyter.processes import kernel_descendants, process_parents
 from nvdash.sampling.jupyter_kernels import (
     JupyterKernel,
     JupyterKernels,

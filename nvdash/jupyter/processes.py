@@ -1,8 +1,9 @@
-"""Each kernel's process tree now: the processes it started, for the nearest kernel only.
+"""The host's processes as the extension sees them (the one module of :mod:`nvdash.jupyter` that reads them).
 
-Read from one snapshot of the process table (every process's parent), so a kernel's tree and another's agree:
-a process below two kernels (a kernel started from a kernel) belongs to the nearer one, and the walk down from a
-kernel stops at another kernel's process.
+A process's start time tells a kernel from a later process that reused its id. Each kernel's process tree now
+(the processes it started, for the nearest kernel only) is read from one snapshot of the process table (every
+process's parent), so a kernel's tree and another's agree: a process below two kernels (a kernel started from a
+kernel) belongs to the nearer one, and the walk down from a kernel stops at another kernel's process.
 """
 
 from __future__ import annotations
@@ -10,6 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 import psutil
+
+
+def process_start_s(pid: int) -> float | None:
+    """The start time of process ``pid`` (seconds since the epoch), ``None`` when it is gone or hidden."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
 
 
 def process_parents() -> dict[int, int]:
