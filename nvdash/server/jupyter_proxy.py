@@ -3,6 +3,9 @@
 Registered in the ``jupyter_serverproxy_servers`` entry-point group as ``nvdash``. Jupyter authenticates every
 request (HTTP and websocket) before proxying it, and checks the browser's Origin against its own host.
 
+Notebooks: nvdash is told (``--jupyter-kernels``) the kernels file that nvdash's Jupyter server extension
+(:mod:`nvdash.jupyter`) keeps for this Jupyter server, to join the GPU processes to this server's kernels.
+
 A user-only socket: the proxied nvdash listens on a unix socket, in a new directory of mode 0700 that
 jupyter-server-proxy makes (``unix_socket: True``), the socket file itself of mode 0600, and on no TCP port. A
 port on 127.0.0.1 would let every local user reach the dashboards around Jupyter's login; the socket admits this
@@ -68,8 +71,21 @@ PARENT_CHECK_S = 0.5
 
 
 def command() -> list[str]:
-    """The command line of the proxied server; ``{unix_socket}`` and ``{base_url}`` are filled in by the proxy."""
-    return [sys.executable, "-m", MODULE, "--unix-socket", "{unix_socket}", "--prefix", "{base_url}" + NAME]
+    """The command line of the proxied server; ``{unix_socket}`` and ``{base_url}`` are filled in by the proxy.
+
+    ``--jupyter-kernels`` names the kernels file this Jupyter server's extension (:mod:`nvdash.jupyter`) keeps in
+    Jupyter's runtime folder: run in the Jupyter process, ``os.getpid()`` is that server's. Its braces are doubled
+    because the proxy fills the command in with ``str.format``.
+    """
+    from jupyter_core.paths import jupyter_runtime_dir  # noqa: PLC0415 - only in the Jupyter process
+
+    from nvdash.sampling.jupyter_kernels import kernels_file_path  # noqa: PLC0415
+
+    kernels = str(kernels_file_path(jupyter_runtime_dir(), os.getpid())).replace("{", "{{").replace("}", "}}")
+    return [
+        sys.executable, "-m", MODULE, "--unix-socket", "{unix_socket}", "--prefix", "{base_url}" + NAME,
+        "--jupyter-kernels", kernels,
+    ]
 
 
 def start_timeout_s(environ: Mapping[str, str]) -> float:
