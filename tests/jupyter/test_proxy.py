@@ -23,7 +23,7 @@ from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from tests.conftest import http_get
 from tests.jupyter.jupyter import JupyterLab, jupyter_lab
-from tests.server.test_server import ROUTES
+from tests.server.test_server import JUPYTER_ROUTES
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -102,7 +102,7 @@ def test_lab_page_loads_the_prebuilt_extension(lab: JupyterLab) -> None:
 def test_index_and_info_json_come_through_the_proxy(lab: JupyterLab) -> None:
     status, body, _ = authorized_get(lab, "nvdash/index.json")
     assert status == 200, body[:300]
-    assert json.loads(body) == ROUTES
+    assert json.loads(body) == JUPYTER_ROUTES
     status, body, _ = authorized_get(lab, "nvdash/info.json")
     assert status == 200
     info = json.loads(body)

@@ -35,6 +35,8 @@ STATIC_ROUTES = frozenset({"/GPU-Topology", "/GPU-Accounting"})
 """Dashboards that stream no live data: the topology does not change while the server runs, the accounting is
 read again only every 30 s (see ``test_accounting_page_fills_its_table_and_links_the_csv``)."""
 LIVE_ROUTES = [route for route in ROUTES if route not in STATIC_ROUTES]
+JUPYTER_ROUTES = {**ROUTES, "/GPU-Memory-by-Notebook": "GPU Memory by Notebook"}
+"""What nvdash offers when a Jupyter server started it (the proxy gives it the server's kernels file)."""
 
 
 @pytest.fixture(scope="module")
