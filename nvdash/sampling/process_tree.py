@@ -50,6 +50,20 @@ class ProcessTree:
         boot_s = self._boot_time_s()
         return ProcessFacts(ppid, None if boot_s is None else boot_s + start_ticks / self._ticks_per_s)
 
+    def parents(self) -> dict[int, int]:
+        """Every process's parent PID now (a process that vanished while the table was read is left out)."""
+        try:
+            names = os.listdir(self._root)
+        except OSError:
+            return {}
+        parents: dict[int, int] = {}
+        for name in names:
+            if name.isdigit():
+                facts = self.facts(int(name))
+                if facts is not None:
+                    parents[int(name)] = facts.ppid
+        return parents
+
     def _boot_time_s(self) -> float | None:
         if self._boot_s is None:
             data = read_bounded_or_none(f"{self._root}/stat", 1 << 16, follow_links=self._follow_links)

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
-from tests.browser.chromium import artifact, chromium
+from tests.browser.chromium import artifact, chromium, wait_until_drawn
 from tests.browser.test_jupyterlab import open_lab, open_sidebar
 from tests.fake_processes import write_process_file
 from tests.jupyter.jupyter import NOTEBOOK, JupyterLab, jupyter_lab
@@ -143,6 +143,19 @@ def test_the_notebook_idle_at_zero_percent_is_marked(page: Page, notebooks: Note
     expect(idle.locator(".jp-nvdash-Notebook-sm")).to_have_text("SM 0 %")
     expect(busy.locator(".jp-nvdash-Notebook-sm")).not_to_have_text("SM 0 %", timeout=UPDATE_TIMEOUT_MS)
     expect(busy).not_to_have_class("jp-nvdash-Notebook jp-nvdash-Notebook-idle")
+
+
+def test_a_click_on_a_notebook_opens_it_and_the_memory_pane_draws_it(page: Page, notebooks: Notebooks) -> None:
+    row(page, notebooks.kernel_ids[BUSY]).locator(".jp-nvdash-Notebook-name").click()
+    tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current", has_text="a.ipynb")
+    expect(tab).to_have_count(1, timeout=UPDATE_TIMEOUT_MS)
+    page.locator("#nvdash-sidebar .jp-nvdash-Sidebar-dashboard", has_text="GPU Memory by Notebook").click()
+    pane = page.locator("#nvdash-GPU-Memory-by-Notebook")
+    expect(pane).to_be_visible()
+    handle = pane.locator("iframe").element_handle(timeout=UPDATE_TIMEOUT_MS)
+    frame = handle.content_frame()
+    assert frame is not None
+    wait_until_drawn(frame, UPDATE_TIMEOUT_MS)
     page.screenshot(path=str(artifact("jupyterlab-notebooks.png")))
 
 
