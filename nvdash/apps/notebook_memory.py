@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from bokeh.document import Document
-from bokeh.models import ColumnDataSource, DataRange1d, HoverTool, Line
+from bokeh.models import ColumnDataSource, DataRange1d, HoverTool, Line, Scatter
 from bokeh.models.annotations import Legend, LegendItem
 from bokeh.models.renderers import GlyphRenderer
 from bokeh.models.widgets import Div
@@ -72,7 +72,7 @@ class NotebookMemoryPage:
         self.message = Div(text="", visible=False, name=MESSAGE_NAME, sizing_mode="stretch_width", render_as_text=True,
                            styles={"color": text_color(dark), "font-size": "1.1em", "padding": "4px 8px"})
         self.history_error = ""
-        x_range = DataRange1d(range_padding=0, follow="end", follow_interval=WINDOW_S * 1000.0)
+        x_range = DataRange1d(range_padding=0.02, follow="end", follow_interval=WINDOW_S * 1000.0)  # newest dot whole
         self.fig = timeline_figure("GPU memory by notebook", "memory used", Unit.BYTES, x_range, None)
         # An invisible point at the window's start, so the page opens on the whole 30 minutes.
         self.ends = ColumnDataSource({"time": [(ctx.clock() - WINDOW_S) * 1000.0], "memory": [0.0]})
@@ -161,7 +161,11 @@ class NotebookMemoryPage:
         line: GlyphRenderer[Any] = self.fig.add_glyph(
             source, Line(x="time", y="memory", line_color=color, line_width=2), name=LINE_PREFIX + kernel,
             nonselection_glyph=None, muted_glyph=None)
-        item = LegendItem(label=title, renderers=[line])
+        # Each reading also as a dot: a notebook seen for a few seconds is a line too short to see on 30 minutes.
+        dots: GlyphRenderer[Any] = self.fig.add_glyph(
+            source, Scatter(x="time", y="memory", size=4, fill_color=color, line_color=color),
+            nonselection_glyph=None, muted_glyph=None)
+        item = LegendItem(label=title, renderers=[line, dots])
         self.sources[kernel] = source
         self.items[kernel] = item
         self.legend.items = [*self.legend.items, item]

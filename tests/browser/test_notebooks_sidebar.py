@@ -2,8 +2,8 @@
 
 Two notebooks' real kernels (ipykernel) in a JupyterLab under a non-root base URL; the first kernel starts a child
 process (as a data-loader worker is). The simulated GPUs are told, at run time, that these real processes hold GPU
-memory: the first kernel 2 GiB and its child 1 GiB on GPU 0 (busy), the second kernel 3 GiB on GPU 1 (idle, 0 %).
-A second JupyterLab on the same machine has a kernel holding 4 GiB on GPU 1 too: NVML lists every process of the
+memory: the first kernel 2 GiB and its child 1 GiB on GPU 0 (busy), the second kernel 5 GiB on GPU 1 (idle, 0 %).
+A second JupyterLab on the same machine has a kernel holding 6 GiB on GPU 1 too: NVML lists every process of the
 machine, but the first lab's sidebar must list its own notebooks only.
 
 Expected values come from what the simulated driver was told (``usedGpuMemory`` in bytes per process): a kernel
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.browser
 
 MIB = 1024 * 1024
 BUSY, IDLE, OTHER = "train/a.ipynb", "eval/b.ipynb", "theirs/c.ipynb"
-BUSY_MIB, CHILD_MIB, IDLE_MIB, OTHER_MIB = 2048, 1024, 3072, 4096
+BUSY_MIB, CHILD_MIB, IDLE_MIB, OTHER_MIB = 2048, 1024, 5120, 6144
 EXPOSE_APP = ("--LabApp.expose_app_in_browser=True",)
 VIEWPORT = {"width": 1400, "height": 900}
 UPDATE_TIMEOUT_MS = 60_000
@@ -133,7 +133,7 @@ def test_the_sidebar_lists_this_servers_notebooks_with_their_memory(page: Page, 
     section = page.locator("#nvdash-sidebar .jp-nvdash-Notebooks")
     expect(section.locator(".jp-nvdash-Notebook")).to_have_count(2)
     expect(section).not_to_contain_text(OTHER)
-    expect(page.locator("#nvdash-notebooks-status")).to_have_text("GPU: 6.0 GiB in 2 notebooks")
+    expect(page.locator("#nvdash-notebooks-status")).to_have_text("GPU: 8.0 GiB in 2 notebooks")
 
 
 def test_the_notebook_idle_at_zero_percent_is_marked(page: Page, notebooks: Notebooks) -> None:
@@ -164,7 +164,7 @@ def test_cancelled_shutdown_keeps_the_kernel(page: Page, notebooks: Notebooks) -
     row(page, idle_id).locator('.jp-nvdash-Notebook-action[data-action="shutdown"]').click()
     dialog = page.locator(".jp-Dialog")
     expect(dialog.locator(".jp-Dialog-body")).to_have_text(
-        f"Shut down the kernel of {IDLE}? It frees 3.0 GiB of GPU memory on GPU 1.")
+        f"Shut down the kernel of {IDLE}? It frees 5.0 GiB of GPU memory on GPU 1.")
     dialog.locator(".jp-mod-reject").click()
     expect(dialog).to_have_count(0)
     assert idle_id in kernels_of(notebooks.lab)
