@@ -9,7 +9,9 @@ Semantics:
 - A GPU process belongs to the kernel that is its nearest ancestor (the process itself when it is a kernel): a
   kernel's data-loader workers and pools count for it; a process under two kernels counts once, for the nearer.
 - A kernel's memory on a GPU is the sum of its processes' ``usedGpuMemory`` there (``None`` when NVML gave none
-  for any of them); its SM % on a GPU is the sum of its processes' time-weighted SM % there (capped at 100).
+  for any of them); its SM % on a GPU is the sum of its processes' time-weighted SM % there (capped at 100). In a
+  MIG instance (no per-process utilization) a kernel whose processes are all its GPU instance runs has the
+  instance's GPM activity; otherwise its SM % there is ``None``.
 - ``sm_pct_1min``: the mean of the kernel's SM % (over its GPUs, the mean of the per-GPU sums) over the process
   readings of the last 60 s; ``None`` when no reading in that minute had a value.
 - ``idle_since_s``: the start of the current run of readings in which the kernel held GPU memory (> 0) and its SM

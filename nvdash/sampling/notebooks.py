@@ -21,7 +21,7 @@ import logging
 import os
 import socket
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,7 +136,7 @@ class NotebookTracker:
         if usage.processes and not any(process.visible for process in usage.processes):
             return without("pid_namespace", "NVML lists GPU processes but none of their PIDs is visible to nvdash "
                            "(it runs in another PID namespace than the driver's), so kernels cannot be matched.")
-        return NotebookView("ok", None, time_s, self._uses(time_s, kernels.kernels, usage.processes), base_url)
+        return NotebookView("ok", None, time_s, self._uses(time_s, kernels.kernels, usage), base_url)
 
     def _read(self) -> JupyterKernels | KernelsFileError | None:
         """The file's kernels (``None``: no file), read again only when its ``stat`` changed."""
@@ -168,9 +168,10 @@ class NotebookTracker:
                     "another machine or container host), so its kernels cannot be matched to GPU processes.")
         return None
 
-    def _uses(self, time_s: float, kernels: Sequence[JupyterKernel], processes: Sequence[GpuProcess]) -> tuple[
-            KernelUse, ...]:
+    def _uses(self, time_s: float, kernels: Sequence[JupyterKernel], usage: Usage) -> tuple[KernelUse, ...]:
         """Each kernel's processes by unit, summed, with its trend brought up to ``time_s``."""
+        processes = usage.processes
+        alone = _instance_activity(usage)
         known: dict[int, float] = {}
         for kernel in kernels:
             if kernel.local and kernel.pid is not None and kernel.started_s is not None:
@@ -193,16 +194,40 @@ class NotebookTracker:
             trend = trends.get(key) or self._trends.get(key) or _Trend()
             trends[key] = trend
             units = held.get(kernel.pid, {})
-            uses.append(_follow(trend, time_s, kernel, tuple(_unit_use(unit, units[unit]) for unit in sorted(
+            uses.append(_follow(trend, time_s, kernel, tuple(_unit_use(unit, units[unit], alone) for unit in sorted(
                 units, key=lambda unit: (unit[0], unit[2] or "")))))
         self._trends = trends
         return tuple(uses)
 
 
-def _unit_use(unit: Unit, processes: Iterable[GpuProcess]) -> KernelGpuUse:
+def _instance_activity(usage: Usage) -> dict[str, tuple[float, frozenset[int]]]:
+    """Each MIG instance with a GPM activity reading: that activity (%, its GPU instance's, which the compute
+    instances of one GPU instance share) and the PIDs NVML lists anywhere in that GPU instance."""
+    pids: dict[str, set[int]] = {}
+    for process in usage.processes:
+        if process.mig_uuid is not None:
+            pids.setdefault(process.mig_uuid, set()).add(process.pid)
+    activity: dict[str, tuple[float, frozenset[int]]] = {}
+    for gpu in usage.gpus:
+        for instance in gpu.instances:
+            if instance.sm_active_pct is None:
+                continue
+            shared = [other.uuid for other in gpu.instances if other.gpu_instance_id == instance.gpu_instance_id]
+            activity[instance.uuid] = (instance.sm_active_pct,
+                                       frozenset(pid for uuid in shared for pid in pids.get(uuid, ())))
+    return activity
+
+
+def _unit_use(unit: Unit, processes: Iterable[GpuProcess],
+              alone: Mapping[str, tuple[float, frozenset[int]]] | None = None) -> KernelGpuUse:
+    """One kernel's use of one unit. NVML gives no per-process utilization in a MIG instance; when the kernel's
+    processes are all the instance runs, the instance's own activity (GPM, as DCGM's GR_ENGINE_ACTIVE) is theirs."""
     listed = list(processes)
     memory = [process.gpu_memory_bytes for process in listed]
     sm = [process.sm_pct for process in listed]
+    activity = (alone or {}).get(unit[2] or "")
+    if activity is not None and any(value is None for value in sm) and activity[1] == {p.pid for p in listed}:
+        sm = [activity[0]]
     return KernelGpuUse(
         gpu_index=unit[0],
         gpu_uuid=unit[1],

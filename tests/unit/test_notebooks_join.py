@@ -30,7 +30,7 @@ from nvdash.sampling.notebooks import PROCESSES_OFF, WAITING_FIRST, NotebookTrac
 from nvdash.sampling.process_tree import MAX_DEPTH, ProcessTree, nearest_known
 from nvdash.sampling.records import GpuSample, HostInfo, HostSample, Inventory
 from nvdash.sampling.sampler import Sampler
-from nvdash.sampling.usage_records import GpuProcess, GpuUsage, HostProcess, Usage
+from nvdash.sampling.usage_records import GpuProcess, GpuUsage, HostProcess, MigInstance, Usage
 from nvdash.server.options import UsageError, parse_settings
 from nvdash.store import Store
 
@@ -501,3 +501,50 @@ def test_jupyter_kernels_option_gives_an_absolute_path_that_need_not_exist_yet(
         tmp_path / "runtime" / "k.json")
     with pytest.raises(UsageError, match=r"^--jupyter-kernels needs a file name$"):
         parse_settings(["--jupyter-kernels", " "], {})
+
+
+# -- MIG: no per-process utilization; a kernel alone in a GPU instance gets the instance's activity -------------------
+
+
+def mig_instance(uuid: str, gpu_instance_id: int, active_pct: float | None) -> MigInstance:
+    return MigInstance(gpu_index=0, uuid=uuid, gpu_instance_id=gpu_instance_id, compute_instance_id=0,
+                       profile="1g.10gb", sm_active_pct=active_pct)
+
+
+def test_a_kernel_alone_in_a_mig_instance_has_the_instances_activity(tmp_path: Path, proc: FakeProc) -> None:
+    # Kernel 1 (100) and its worker 101 in instance A (GPU instance 1, GPM activity 37.5 %); kernel 2 (200) shares
+    # instance B (GPU instance 2, 60 %) with a process of no kernel (300), so B's activity is not kernel 2's; kernel 3
+    # (400) alone in instance C, on a GPU without GPM (no activity): unknown, never idle.
+    for pid, ppid, ticks in ((100, 1, 1000), (101, 100, 1010), (200, 1, 2000), (300, 1, 3000), (400, 1, 4000)):
+        proc.add(pid, ppid, ticks)
+    path = tmp_path / "kernels.json"
+    write(path, [kernel(1, 100, started(1000)), kernel(2, 200, started(2000)), kernel(3, 400, started(4000))])
+    a, b, c = "MIG-aaaa", "MIG-bbbb", "MIG-cccc"
+    gpus = (GpuUsage(0, GPU0, processes_readable=True, process_utilization=False, mig_enabled=True,
+                     instances=(mig_instance(a, 1, 37.5), mig_instance(b, 2, 60.0), mig_instance(c, 3, None))),
+            GpuUsage(1, GPU1, processes_readable=True, process_utilization=True))
+    listed = (process(100, 1000, None, mig_uuid=a), process(101, 500, None, mig_uuid=a),
+              process(200, 700, None, mig_uuid=b), process(300, 800, None, mig_uuid=b),
+              process(400, 900, None, mig_uuid=c))
+    uses = by_id(tracker(path, proc).update(10.0, Usage(time_s=10.0, gpus=gpus, processes=listed), samples(4000, 0)))
+    first = uses["k1-0b8f"]
+    assert [(unit.mig_uuid, unit.memory_bytes, unit.sm_pct, unit.pids) for unit in first.gpus] == [
+        (a, 1500 * MIB, 37.5, (100, 101))]
+    assert (first.sm_pct, first.sm_pct_1min, first.idle_since_s) == (37.5, 37.5, None)
+    assert [(unit.mig_uuid, unit.sm_pct) for unit in uses["k2-0b8f"].gpus] == [(b, None)]
+    assert uses["k2-0b8f"].sm_pct is None
+    assert [(unit.mig_uuid, unit.sm_pct) for unit in uses["k3-0b8f"].gpus] == [(c, None)]
+    assert uses["k3-0b8f"].idle_since_s is None
+
+
+def test_a_kernel_alone_in_an_idle_mig_instance_is_idle(tmp_path: Path, proc: FakeProc) -> None:
+    proc.add(100, 1, 1000)
+    path = tmp_path / "kernels.json"
+    write(path, [kernel(1, 100, started(1000))])
+    gpus = (GpuUsage(0, GPU0, processes_readable=True, process_utilization=False, mig_enabled=True,
+                     instances=(mig_instance("MIG-aaaa", 1, 0.0),)),)
+    notebooks = tracker(path, proc)
+    for time_s in (10.0, 12.0):
+        use = notebooks.update(time_s, Usage(time_s=time_s, gpus=gpus, processes=(
+            process(100, 1000, None, mig_uuid="MIG-aaaa"),)), samples(1200)).kernels[0]
+    assert (use.sm_pct, use.idle_since_s, use.holding_since_s) == (0.0, 10.0, 10.0)
