@@ -8,6 +8,7 @@ outcomes the readers care about: a value, "not supported here" (remembered, neve
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -62,7 +63,11 @@ class NvmlCaller:
         self.nvml = nvml
         self._calls = 0
         self._closed = False
+        self._closer: int | None = None
+        """While closing: the closing thread, the only one whose calls are still let through."""
+        self._in_flight = 0
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
 
     @property
     def calls(self) -> int:
@@ -74,10 +79,32 @@ class NvmlCaller:
         """Call ``fn`` and count it; NVML errors propagate. Once closed, every call fails as NVML does after
         ``nvmlShutdown`` (``NVMLError_Uninitialized``) without reaching the library."""
         with self._lock:
-            if self._closed:
+            if self._closed or (self._closer is not None and self._closer != threading.get_ident()):
                 raise self.nvml.NVMLError(self.nvml.NVML_ERROR_UNINITIALIZED)
             self._calls += 1
-        return fn(*args)
+            self._in_flight += 1
+        try:
+            return fn(*args)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._idle.notify_all()
+
+    def quiesce(self, timeout_s: float) -> bool:
+        """Refuse the calls of every thread but this one, and wait (at most ``timeout_s``) until the calls other
+        threads had begun have returned: NVML's buffers are freed and the library shut down only once no read is
+        inside it (a call that passed the check just before would otherwise reach a shut-down library). False when
+        a call was still under way at the deadline (a hung read)."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            self._closer = threading.get_ident()
+            while self._in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
 
     def close(self) -> None:
         """Refuse every later call: a read that hung past the source's close must not call into NVML when it wakes

@@ -324,6 +324,7 @@ class NvmlSource:
 
             def shutdown() -> None:
                 try:
+                    self._caller.quiesce(SHUTDOWN_TIMEOUT_S / 2)
                     self._reader.close()
                     self._usage_reader.close()
                     self._caller.call(nvml.nvmlShutdown)
