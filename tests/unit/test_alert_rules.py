@@ -25,6 +25,8 @@ RULE_TESTS = sorted((PROMETHEUS / "tests").glob("*.yml"))
 SEVERITIES = {"info", "warning", "critical"}
 PER_INSTANCE = {"NvdashTargetDown", "NvdashSamplerStale", "NvdashProcessReadingsStale"}
 """Rules about a scrape target rather than a GPU: no gpu, UUID or host label to name."""
+PER_NODE = {"NvdashNodeGpuCountDropped", "NvdashNodeAbsent"}
+"""Rules about a node (its host label) rather than one GPU."""
 FAMILY = re.compile(r"\b(?:DCGM_FI_\w+|nvdash_\w+)\b")
 
 
@@ -155,6 +157,7 @@ def test_every_rule_has_for_severity_summary_and_description(load: Load, naming:
                 problems.append(f"{name}: no {key}")
         description = str(annotations.get("description", ""))
         wanted = ["$value", "$labels.instance"] if name in PER_INSTANCE else [
+            "$value", f"$labels.{naming.host_label}"] if name in PER_NODE else [
             "$value", "$labels.gpu", "$labels.UUID", f"$labels.{naming.host_label}"]
         problems.extend(f"{name}: the description does not name {item}" for item in wanted
                         if item not in description)
