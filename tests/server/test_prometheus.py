@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+import urllib.parse
 from collections.abc import Iterator
 
 import numpy as np
@@ -14,7 +16,7 @@ from nvdash.cluster.poller import ClusterPoller
 from nvdash.cluster.promapi import PrometheusClient, PrometheusError
 from nvdash.health.status import Status
 from tests.conftest import NvdashServer, get_json, http_get, wait_for
-from tests.grafana_queries import dashboard_queries
+from tests.grafana_queries import dashboard_queries, dashboard_variables, load, substitute
 from tests.prometheus_cluster import IDLE_PODS, NODES, firing_alerts, prometheus_cluster, query
 
 NODE_FAMILIES = {"nvdash_last_sample_timestamp_seconds", "nvdash_last_process_sample_timestamp_seconds"}
@@ -163,3 +165,56 @@ def test_every_grafana_dashboard_query_answers_with_series(cluster: tuple[str, d
             continue
         rows = wait_for(lambda q=promql: query(url, q), lambda found: len(found) > 0, timeout_s=60.0)
         assert all(row["value"][1] not in ("NaN", "+Inf", "-Inf") for row in rows), (title, promql, rows[:3])
+
+
+def variable_values(url: str, definition: str, values: dict[str, str]) -> list[str]:
+    """What Grafana lists for a ``label_values(selector, label)`` variable: Prometheus's label values API, the
+    selector's variables filled in."""
+    match = re.fullmatch(r"label_values\((?P<selector>.*), (?P<label>\w+)\)", definition)
+    assert match is not None, definition
+    selector = urllib.parse.quote(substitute(match["selector"], values))
+    return list(get_json(f"{url}/api/v1/label/{match['label']}/values?match[]={selector}")["data"])
+
+
+def test_the_dashboard_variables_list_the_nodes_and_narrow_each_other(
+        cluster: tuple[str, dict[str, NvdashServer]]) -> None:
+    """The variables chain on a real Prometheus: no cluster label (nothing to list, All still selects every node),
+    the job, each node's instance; one instance chosen, the node and GPU lists narrow to that node's."""
+    url, servers = cluster
+    dashboard = load()
+    definitions = {variable["name"]: variable["definition"] for variable in dashboard["templating"]["list"]
+                   if "definition" in variable}
+    every = dict.fromkeys(dashboard_variables(dashboard), ".*")
+    hosts = wait_for(lambda: variable_values(url, definitions["Hostname"], every),
+                     lambda found: len(found) == len(NODES), timeout_s=90.0)
+    assert sorted(hosts) == sorted(NODES)
+    assert variable_values(url, definitions["cluster"], every) == []
+    (job,) = variable_values(url, definitions["job"], every)
+    instances = variable_values(url, definitions["instance"], every)
+    assert len(instances) == len(servers)
+    for name, (_args, _env, count) in NODES.items():
+        instance = f"127.0.0.1:{servers[name].port}"
+        assert instance in instances
+        # Grafana escapes a chosen value's regex characters for PromQL: 127\\.0\\.0\\.1 in the query text.
+        chosen = {**every, "job": job, "instance": instance.replace(".", "\\\\.")}
+        assert variable_values(url, definitions["Hostname"], chosen) == [name]
+        assert sorted(variable_values(url, definitions["gpu"], chosen), key=int) == [str(gpu) for gpu in range(count)]
+
+
+def test_every_alert_rule_evaluates_without_error(cluster: tuple[str, dict[str, NvdashServer]]) -> None:
+    """Prometheus evaluates each rule of nvdash-alerts.yml on the nodes' series without an error (a many-to-many
+    match, a bad offset); none of the rules that catch silence fires on a healthy cluster."""
+    url, _servers = cluster
+
+    def rules() -> list[dict[str, object]]:
+        groups = get_json(url + "/api/v1/rules")["data"]["groups"]
+        return [rule for group in groups for rule in group["rules"]]
+
+    evaluated = wait_for(rules, lambda found: bool(found) and all(
+        not str(rule.get("lastEvaluation", "")).startswith("0001") for rule in found), timeout_s=60.0)
+    assert {str(rule["name"]): rule["health"] for rule in evaluated} == dict.fromkeys(
+        (str(rule["name"]) for rule in evaluated), "ok"), [rule.get("lastError") for rule in evaluated]
+    silent = {"NvdashNodeGpuCountDropped", "NvdashNodeAbsent", "NvdashSamplerStale", "NvdashTargetDown",
+              "NvdashGpuRetiredPagesPending"}
+    assert silent <= {str(rule["name"]) for rule in evaluated}
+    assert not [alert for alert in firing_alerts(url) if alert["labels"]["alertname"] in silent]

@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 
 from nvdash.metrics import rules_compat
+from nvdash.metrics.collector import LAST_PROCESS_SAMPLE_FAMILY, LAST_SAMPLE_FAMILY
 from nvdash.metrics.compat import LABEL_RENAMES_4_9, RENAMES_4_9
+from nvdash.metrics.fields import FIELDS
+from tests.unit.test_metrics_dcgm_parity import DCGM_EXPORTER_DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"
@@ -25,6 +28,8 @@ RULE_TESTS = sorted((PROMETHEUS / "tests").glob("*.yml"))
 SEVERITIES = {"info", "warning", "critical"}
 PER_INSTANCE = {"NvdashTargetDown", "NvdashSamplerStale", "NvdashProcessReadingsStale"}
 """Rules about a scrape target rather than a GPU: no gpu, UUID or host label to name."""
+PER_NODE = {"NvdashNodeGpuCountDropped", "NvdashNodeAbsent"}
+"""Rules about a node (its host label) rather than one GPU."""
 FAMILY = re.compile(r"\b(?:DCGM_FI_\w+|nvdash_\w+)\b")
 
 
@@ -155,6 +160,7 @@ def test_every_rule_has_for_severity_summary_and_description(load: Load, naming:
                 problems.append(f"{name}: no {key}")
         description = str(annotations.get("description", ""))
         wanted = ["$value", "$labels.instance"] if name in PER_INSTANCE else [
+            "$value", f"$labels.{naming.host_label}"] if name in PER_NODE else [
             "$value", "$labels.gpu", "$labels.UUID", f"$labels.{naming.host_label}"]
         problems.extend(f"{name}: the description does not name {item}" for item in wanted
                         if item not in description)
@@ -333,3 +339,21 @@ def test_test_series_are_converted_however_their_values_are_quoted() -> None:
     assert 'values: "0.95x25"' in double
     with pytest.raises(rules_compat.ConversionError, match=r"cannot convert the series value '\[95\]'"):
         rules_compat.generate_tests(tests.replace("values: '95x25'", "values: [95]"))
+
+
+def test_the_rules_that_catch_silence_read_what_nvdash_and_dcgm_exporter_export(load: Load) -> None:
+    """The staleness rules read the timestamps nvdash's /metrics exports; the GPU count reads a family that
+    dcgm-exporter's default counters export too (so it works with either); the pending page retirement reads the
+    family nvdash fills from NVML's pending status."""
+    rules = {rule["alert"]: rule["expr"] for rule in alert_rules(load)}
+    assert set(FAMILY.findall(rules["NvdashSamplerStale"])) == {LAST_SAMPLE_FAMILY}
+    assert set(FAMILY.findall(rules["NvdashNodeAbsent"])) == {LAST_SAMPLE_FAMILY}
+    assert set(FAMILY.findall(rules["NvdashProcessReadingsStale"])) == {LAST_PROCESS_SAMPLE_FAMILY}
+    (gpu_family,) = set(FAMILY.findall(rules["NvdashNodeGpuCountDropped"]))
+    assert re.search(rf"^{gpu_family}\s*,\s*gauge", DCGM_EXPORTER_DEFAULTS, flags=re.MULTILINE)
+    assert "offset 1d" in rules["NvdashNodeGpuCountDropped"]
+    assert set(FAMILY.findall(rules["NvdashGpuRetiredPagesPending"])) == {"DCGM_FI_DEV_RETIRED_PENDING"}
+    assert "DCGM_FI_DEV_RETIRED_PENDING" in FIELDS
+    # The fixed threshold stands in only where the slowdown threshold is missing.
+    assert set(FAMILY.findall(rules["NvdashGpuTemperatureHigh"])) == {"DCGM_FI_DEV_GPU_TEMP",
+                                                                     "DCGM_FI_DEV_SLOWDOWN_TEMP"}

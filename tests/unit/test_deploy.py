@@ -24,6 +24,7 @@ from nvdash.metrics.fields import FAMILIES
 from nvdash.server.options import ENV_TOKEN, parse_settings
 from nvdash.settings import Settings
 from tests import grafana_queries as grafana
+from tests.unit.test_metrics_dcgm_parity import DCGM_EXPORTER_DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"
@@ -45,7 +46,12 @@ DEFAULT_FAMILIES = frozenset(counter.name for counter in default_counters() if c
 """The families a plain nvdash exports (the pod and process families once their flags are given)."""
 FAMILY = re.compile(r"\b(?:DCGM_FI_\w+|nvdash_\w+)\b")
 SELECTOR = re.compile(r"(?P<family>\b(?:DCGM_FI_\w+|nvdash_\w+)\b)(?P<matchers>\{[^}]*\})?")
-PER_GPU_MATCHERS = ('Hostname=~"$Hostname"', 'gpu=~"$gpu"')
+SCOPE_VARIABLES = ("cluster", "job", "instance", "Hostname", "gpu")
+"""The dashboard's chained variables, widest first: every query and every later variable filters on them."""
+PER_GPU_MATCHERS = tuple(f'{name}=~"${name}"' for name in SCOPE_VARIABLES)
+VARIABLE_FAMILY = "DCGM_FI_DEV_GPU_TEMP"
+"""The family the variables list their values from: every GPU has it (in MIG mode too), and dcgm-exporter's default
+counters export it, so the dashboard works on dcgm-exporter's series as well as nvdash's."""
 GROUPING = re.compile(r"^(?:topk\(\d+, )?\w+ by \((?P<labels>[^)]*)\)")
 PLAIN = re.compile(r"^(?:topk\(\d+, )?max by \([^)]*\) \((?P<family>\w+)\{[^}]*\}\)\)?$")
 """A target that only picks one family per GPU (``max by (...) (FAMILY{...})``): its values are in the family's
@@ -369,19 +375,54 @@ def test_every_panel_has_a_unique_id_and_a_place_on_the_grid(dashboard: dict[str
                 cells[cell] = panel["title"]
 
 
-def test_the_node_and_gpu_variables_chain_and_select_many(dashboard: dict[str, Any]) -> None:
+def test_the_variables_chain_and_select_many(dashboard: dict[str, Any]) -> None:
     variables = {variable["name"]: variable for variable in dashboard["templating"]["list"]}
-    # Every GPU has nvdash_gpu_lost; a GPU in MIG mode has no DCGM_FI_DEV_GPU_UTIL, a lost GPU nothing else.
-    assert variables["Hostname"]["definition"] == "label_values(nvdash_gpu_lost, Hostname)"
-    assert variables["gpu"]["definition"] == 'label_values(nvdash_gpu_lost{Hostname=~"$Hostname"}, gpu)'
-    for name in ("Hostname", "gpu"):
+    assert list(variables) == ["datasource", *SCOPE_VARIABLES]
+    assert re.search(rf"^{VARIABLE_FAMILY}\s*,\s*gauge", DCGM_EXPORTER_DEFAULTS, flags=re.MULTILINE)
+    for index, name in enumerate(SCOPE_VARIABLES):
         variable = variables[name]
+        # Each lists its label's values among the series the variables before it select.
+        outer = ", ".join(PER_GPU_MATCHERS[:index])
+        assert variable["definition"] == (f"label_values({VARIABLE_FAMILY}{{{outer}}}, {name})" if outer
+                                          else f"label_values({VARIABLE_FAMILY}, {name})")
         assert variable["type"] == "query"
         assert variable["query"]["query"] == variable["definition"]
         assert variable["datasource"]["uid"] == "${datasource}"
         assert variable["multi"] is True, name
         assert variable["includeAll"] is True, name
+        # .* also matches a missing label: without a cluster label, All selects everything.
         assert variable["allValue"] == ".*", name
+        assert variable["current"]["value"] == ["$__all"], name
+
+
+def test_all_values_select_series_without_a_cluster_label(tmp_path: Path, dashboard: dict[str, Any]) -> None:
+    """promtool evaluates each query's selectors, every variable at All, on nvdash's series (no cluster label)
+    and dcgm-exporter's (with a cluster label, another job): both are selected."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is missing: the test command (bash scripts/test.sh) installs it with Debian's "
+                    "prometheus package", pytrace=False)
+    values = grafana.plain_values(dashboard)
+    selectors = sorted({grafana.substitute(match.group(0), values) for panel in query_panels(dashboard)
+                        for target in panel["targets"] for match in SELECTOR.finditer(target["expr"])
+                        if match.group("family") == VARIABLE_FAMILY})
+    assert selectors == [VARIABLE_FAMILY + '{cluster=~".*", job=~".*", instance=~".*", Hostname=~".*", gpu=~".*"}']
+    series = [
+        {"series": f'{VARIABLE_FAMILY}{{Hostname="node-a",gpu="0",instance="node-a:8000",job="nvdash"}}',
+         "values": "40x5"},
+        {"series": f'{VARIABLE_FAMILY}{{Hostname="node-b",cluster="west",gpu="1",instance="node-b:9400",'
+                   'job="dcgm-exporter"}', "values": "50x5"},
+    ]
+    tests = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series,
+        "promql_expr_test": [{"expr": f"sum by (Hostname) ({selectors[0]})", "eval_time": "5m", "exp_samples": [
+            {"labels": '{Hostname="node-a"}', "value": 40}, {"labels": '{Hostname="node-b"}', "value": 50}]}],
+    }]}
+    path = tmp_path / "dashboard-selectors-test.yml"
+    path.write_text(yaml.safe_dump(tests), encoding="utf-8")
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_every_query_uses_only_the_dashboards_variables(dashboard: dict[str, Any]) -> None:
@@ -389,7 +430,7 @@ def test_every_query_uses_only_the_dashboards_variables(dashboard: dict[str, Any
     used = {name for panel in query_panels(dashboard) for target in panel["targets"]
             for name in grafana.variable_names(target["expr"])}
     assert used <= known, f"undefined variables: {sorted(used - known)}"
-    assert {"Hostname", "gpu", "__range", "__rate_interval"} <= used
+    assert {*SCOPE_VARIABLES, "__range", "__rate_interval"} <= used
     with pytest.raises(KeyError, match="nodes"):
         grafana.substitute('up{instance=~"$nodes"}', grafana.plain_values(dashboard))
     assert grafana.substitute('x{a=~"${Hostname:regex}", b=~"[[gpu]]"}[$__rate_interval]',
@@ -466,7 +507,7 @@ def test_promtool_parses_every_query(tmp_path: Path, dashboard: dict[str, Any]) 
                  for variable in dashboard["templating"]["list"]
                  if (text := re.sub(r"^label_values\((.*), \w+\)$", r"\1", variable.get("definition", "")))
                  and text != variable.get("definition")]
-    assert len(selectors) == 2, selectors
+    assert len(selectors) == len(SCOPE_VARIABLES), selectors
     checked = queries + selectors
     rules = [{"record": f"nvdash_grafana:query_{index}", "expr": expr} for index, (_title, expr) in enumerate(checked)]
     path = tmp_path / "grafana-queries.yml"
