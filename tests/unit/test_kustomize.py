@@ -257,6 +257,8 @@ def test_the_dashboard_configmap_holds_the_dashboard_for_grafanas_sidecar(
         assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
         assert list(config_map["data"]) == ["nvdash.json"]
         assert json.loads(config_map["data"]["nvdash.json"]) == json.loads(DASHBOARD.read_text(encoding="utf-8"))
+        # `kubectl apply` (client-side) stores the object in an annotation, and annotations may hold 256 KiB.
+        assert len(json.dumps(config_map, separators=(",", ":"))) < 256 * 1024
     assert not [item for item in rendered["plain"] if item["kind"] == "ConfigMap"]
 
 
