@@ -24,6 +24,9 @@ ENV_CONFIG = "NVDASH_CONFIG"
 TRUE_WORDS = ("1", "true", "yes")
 FALSE_WORDS = ("0", "false", "no")
 _OPTION = re.compile(r"--[a-z0-9][a-z0-9-]*")
+_SERVICE_LINK = re.compile(r"(tcp|udp|sctp)://", re.IGNORECASE)
+"""Kubernetes (and Docker links) give every pod ``NVDASH_PORT=tcp://ADDRESS:PORT`` for a Service named nvdash in its
+namespace: that is not a port setting, and is ignored."""
 
 
 def env_name(option: str) -> str:
@@ -106,14 +109,21 @@ def _file_tokens(option: str, action: argparse.Action, value: object, where: str
     return [f"{option}={_scalar(option, action, value, where, False)}"]
 
 
-def _env_tokens(option: str, action: argparse.Action, raw: str, name: str) -> list[str]:
+def _env_value(action: argparse.Action, raw: str) -> str | None:
+    """The variable's text, or None where it counts as unset (blank, or a service link for a number)."""
     text = raw.strip()
+    if not text or (action.type is int and _SERVICE_LINK.match(text)):
+        return None
+    return text
+
+
+def _env_tokens(option: str, action: argparse.Action, text: str, name: str) -> list[str]:
     if action.nargs == 0:
         if text.lower() in TRUE_WORDS:
             return [option]
         if text.lower() in FALSE_WORDS:
             return []
-        raise ConfigError(f"${name} must be 1, true or yes, or 0, false or no, not {raw!r}")
+        raise ConfigError(f"${name} must be 1, true or yes, or 0, false or no, not {text!r}")
     if isinstance(action, argparse._AppendAction):
         return [f"{option}={part.strip()}" for part in text.split(",") if part.strip()]
     return [f"{option}={text}"]
@@ -201,8 +211,9 @@ def merge(
         if action.dest in given:
             continue
         name = env_name(option)
-        if option not in read_by_checks and environ.get(name, "").strip():
-            tokens += _env_tokens(option, action, environ[name], name)
+        text = _env_value(action, environ.get(name, ""))
+        if option not in read_by_checks and text is not None:
+            tokens += _env_tokens(option, action, text, name)
             sources[option] = f"from ${name}"
         elif option in from_file and option not in outranked:
             value, key = from_file[option]

@@ -148,6 +148,15 @@ def test_every_option_has_its_variable() -> None:
     assert all(env_name(option).startswith("NVDASH_") for option in options)
 
 
+def test_a_kubernetes_service_link_is_not_a_port(tmp_path: Path) -> None:
+    # A Service named nvdash gives each pod in its namespace NVDASH_PORT=tcp://ADDRESS:PORT (and NVDASH_SERVICE_*).
+    config = _file(tmp_path, "[server]\nport = 9009\n")
+    links = {"NVDASH_PORT": "tcp://10.96.0.12:8000", "NVDASH_SERVICE_HOST": "10.96.0.12",
+             "NVDASH_SERVICE_PORT": "8000", "NVDASH_PORT_8000_TCP": "tcp://10.96.0.12:8000"}
+    assert parse_settings(["--config", str(config)], links).port == 9009
+    assert parse_settings([], links).port == Settings().port
+
+
 def test_the_older_variables_keep_their_meaning_and_outrank_the_file(tmp_path: Path) -> None:
     config = _file(tmp_path, """
 [server]
