@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -18,6 +18,8 @@ from nvdash.metrics.collector import GPU_LABELS, LABEL_FIELDS
 from nvdash.metrics.compat import COMPAT_VERSIONS, DEFAULT_COMPAT
 from nvdash.sampling.sampler import MIN_INTERVAL_S
 from nvdash.server.access import host_of
+from nvdash.server.config_file import ConfigError
+from nvdash.server.config_sources import ENV_CONFIG, Merged, merge, option_tables
 from nvdash.settings import Settings
 
 ENV_SIMULATE = "NVDASH_SIMULATE"
@@ -47,24 +49,58 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _add_server_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to bind (default 127.0.0.1); any other, e.g. 0.0.0.0, requires a token")
-    parser.add_argument("--port", type=int, default=8000, help="port to serve on (default 8000)")
-    parser.add_argument(
+GROUPS = ("server", "sampling", "history", "metrics", "cluster", "accounting")
+"""The argument groups of ``nvdash --help``, in order; also the tables of a ``--config`` file."""
+
+_DESCRIPTIONS = {
+    "server": "where and how the dashboards are served, and who may open them",
+    "sampling": "what is read from the GPUs and the machine, how often, and how much is kept in memory",
+    "history": "the readings recorded on disk",
+    "metrics": "the Prometheus exposition on /metrics",
+    "cluster": "the cluster dashboards, read from a Prometheus-API endpoint",
+    "accounting": "GPU-hours, energy and idle allocations per job, pod and user",
+}
+
+_Group = argparse._ArgumentGroup
+
+
+def _group(parser: argparse.ArgumentParser, name: str) -> _Group:
+    """The argument group ``name`` (one of :data:`GROUPS`); its title is the config file's table name."""
+    return parser.add_argument_group(name, f"{_DESCRIPTIONS[name]} (table [{name}] of a --config file)")
+
+
+def _add_config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help=f"read options from this TOML file (also ${ENV_CONFIG}); see the end of this help")
+
+
+def _add_server_options(group: _Group) -> None:
+    group.add_argument("--host", default="127.0.0.1",
+                       help="address to bind (default 127.0.0.1); any other, e.g. 0.0.0.0, requires a token")
+    group.add_argument("--port", type=int, default=8000, help="port to serve on (default 8000)")
+    group.add_argument(
         "--unix-socket",
         default=None,
         metavar="PATH",
         help="listen on this unix socket (mode 0600: only this user can connect) instead of --host/--port",
     )
-    parser.add_argument(
+    group.add_argument("--prefix", default="", help="URL prefix to serve under, e.g. /nvdash")
+    group.add_argument("--token", default=None, metavar="TOKEN",
+                       help=f"the token the dashboards require (also ${ENV_TOKEN}); default: none on 127.0.0.1, "
+                       "a generated one, printed in the start URL, on any other address")
+    group.add_argument("--no-token", action="store_true",
+                       help="serve the dashboards without a token, even on a public address (logged as a warning)")
+    group.add_argument("--certfile", default=None, metavar="FILE",
+                       help="serve HTTPS with this PEM certificate (chain); the key too unless --keyfile")
+    group.add_argument("--keyfile", default=None, metavar="FILE", help="the certificate's PEM private key")
+    group.add_argument(
         "--allow-websocket-origin",
         action="append",
         default=[],
         metavar="HOST:PORT",
         help="a browser origin allowed to connect (repeatable; default: this server's own names and addresses)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--allow-host",
         action="append",
         default=[],
@@ -72,25 +108,19 @@ def _add_server_options(parser: argparse.ArgumentParser) -> None:
         help="a name the server answers to without a token besides this machine's own (repeatable; e.g. the name "
         "of a reverse proxy); a request for any other name is refused",
     )
-    parser.add_argument("--prefix", default="", help="URL prefix to serve under, e.g. /nvdash")
-    parser.add_argument(
+    group.add_argument("--viewer-stall-timeout", type=float, default=60.0, metavar="SECONDS",
+                       help="close a viewer's websocket once it has read none of the updates waiting for it for "
+                       "this long (default 60; 0: never)")
+
+
+def _add_live_samples(group: _Group) -> None:
+    group.add_argument(
         "--live-samples",
         type=int,
         default=None,
         metavar="SAMPLES",
         help="samples kept in memory and streamed by the timelines in Live mode (default 1200)",
     )
-    parser.add_argument("--token", default=None, metavar="TOKEN",
-                        help=f"the token the dashboards require (also ${ENV_TOKEN}); default: none on 127.0.0.1, "
-                        "a generated one, printed in the start URL, on any other address")
-    parser.add_argument("--no-token", action="store_true",
-                        help="serve the dashboards without a token, even on a public address (logged as a warning)")
-    parser.add_argument("--certfile", default=None, metavar="FILE",
-                        help="serve HTTPS with this PEM certificate (chain); the key too unless --keyfile")
-    parser.add_argument("--keyfile", default=None, metavar="FILE", help="the certificate's PEM private key")
-    parser.add_argument("--viewer-stall-timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="close a viewer's websocket once it has read none of the updates waiting for it for "
-                        "this long (default 60; 0: never)")
 
 
 def _profiles() -> list[str]:
@@ -100,91 +130,132 @@ def _profiles() -> list[str]:
     return profile_names()
 
 
-def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
-    parser = Parser(
-        prog=prog,
-        description="Live NVIDIA GPU and host dashboards, served by one Bokeh server. "
-        "Other commands: nvdash export, nvdash import FILE, nvdash replay FILE, nvdash report (each with --help).",
-    )
-    _add_server_options(parser)
-    parser.add_argument(
+def _sampling_group(parser: argparse.ArgumentParser) -> None:
+    group = _group(parser, "sampling")
+    group.add_argument(
         "--interval",
         type=float,
         default=0.5,
         metavar="SECONDS",
         help=f"seconds between samples (default 0.5, minimum {MIN_INTERVAL_S})",
     )
-    parser.add_argument(
+    group.add_argument(
         "--simulate",
         metavar="PROFILE",
         help=f"show simulated GPUs instead of real ones (also ${ENV_SIMULATE}); profiles: {', '.join(_profiles())}",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the simulated workload (default 0)")
-    parser.add_argument(
+    group.add_argument("--seed", type=int, default=0, help="seed of the simulated workload (default 0)")
+    _add_live_samples(group)
+    group.add_argument(
         "--process-interval",
         type=float,
         default=None,
         metavar="SECONDS",
         help="seconds between readings of the GPU processes, pods and MIG instances (default 2; 0: off)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--jupyter-kernels",
         default=None,
         metavar="FILE",
         help="the kernels file of the Jupyter server that started nvdash (jupyter-server-proxy passes it)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--kubelet-socket",
         default=None,
         metavar="PATH",
         help="the kubelet's pod-resources socket, for pod names "
         "(default /var/lib/kubelet/pod-resources/kubelet.sock)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--pod-log-dir",
         default=None,
         metavar="PATH",
         help="the kubelet's pod log directory, whose <namespace>_<pod>_<uid> entries name the pods of processes "
         "(default /var/log/pods; where nvdash runs in a container, the host's directory as mounted there)",
     )
-    add_history_path(parser)
-    parser.add_argument("--no-history", action="store_true", help="do not record readings on disk")
-    parser.add_argument("--hostname", default=None, help="the Hostname label of /metrics (default: this machine's)")
-    parser.add_argument("--metrics-counters", default=None, metavar="FILE",
-                        help="the families /metrics exports, a counters file in dcgm-exporter's CSV format")
-    parser.add_argument("--metrics-labels", default=None, metavar="LABELS",
-                        help=f"the labels /metrics keeps, comma-separated (default all: {', '.join(GPU_LABELS)})")
-    parser.add_argument("--metrics-token", default=None, metavar="TOKEN",
-                        help=f"a bearer token /metrics accepts (also ${ENV_METRICS_TOKEN}); /metrics also "
-                        "accepts the dashboards' token, and is open only when neither is set")
-    parser.add_argument("--metrics-token-file", default=None, metavar="FILE",
-                        help="a file holding that token")
-    parser.add_argument("--metrics-pods", action="store_true",
-                        help="label /metrics series with the namespace, pod and container using each GPU")
-    parser.add_argument("--metrics-processes", action="store_true",
-                        help="export per-process families on /metrics (one series per GPU process)")
-    parser.add_argument("--metrics-compat", default=DEFAULT_COMPAT, choices=COMPAT_VERSIONS,
-                        help="whose names /metrics uses: dcgm-exporter 4.8's (default) or 4.9's (renamed "
-                        "families in DCGM 4.7's units, and the hostname label)")
-    parser.add_argument("--prometheus", default=None, metavar="URL",
-                        help="a Prometheus-API endpoint (Prometheus, Thanos Query, Mimir): adds the cluster dashboards")
-    parser.add_argument(
+
+
+def _history_group(parser: argparse.ArgumentParser) -> None:
+    group = _group(parser, "history")
+    add_history_path(group)
+    group.add_argument("--no-history", action="store_true", help="do not record readings on disk")
+    group.add_argument(
         "--retention",
         default=None,
         metavar="DURATION",
         help="how long the history keeps readings, e.g. 12h, 7d, 30d (default 7d; units m, h, d)",
     )
-    parser.add_argument("--job-mapping-dir", default=None, metavar="DIR",
-                        help="a directory of per-GPU files (named by GPU index or UUID) holding the Slurm job "
-                        f"on each GPU, as a prolog/epilog writes them for dcgm-exporter (also ${ENV_JOB_MAPPING_DIR})")
-    parser.add_argument("--accounting-retention", default=None, metavar="DURATION",
-                        help="how long the accounting's hourly tallies per job, pod and user are kept "
-                        "(default 365d; units h, d, w)")
-    parser.add_argument("--idle-after", default=None, metavar="DURATION",
-                        help="how long an allocated GPU must be idle to count as waste (default 30m; units s, m, h)")
-    parser.add_argument("--metrics-job-label", action="store_true",
-                        help="label /metrics series with the Slurm job or pod that owns each GPU "
-                        "(one more series per job: off by default)")
+
+
+def _metrics_group(parser: argparse.ArgumentParser) -> None:
+    group = _group(parser, "metrics")
+    group.add_argument("--hostname", default=None, help="the Hostname label of /metrics (default: this machine's)")
+    group.add_argument("--metrics-counters", default=None, metavar="FILE",
+                       help="the families /metrics exports, a counters file in dcgm-exporter's CSV format")
+    group.add_argument("--metrics-labels", default=None, metavar="LABELS",
+                       help=f"the labels /metrics keeps, comma-separated (default all: {', '.join(GPU_LABELS)})")
+    group.add_argument("--metrics-token", default=None, metavar="TOKEN",
+                       help=f"a bearer token /metrics accepts (also ${ENV_METRICS_TOKEN}); /metrics also "
+                       "accepts the dashboards' token, and is open only when neither is set")
+    group.add_argument("--metrics-token-file", default=None, metavar="FILE",
+                       help="a file holding that token")
+    group.add_argument("--metrics-pods", action="store_true",
+                       help="label /metrics series with the namespace, pod and container using each GPU")
+    group.add_argument("--metrics-processes", action="store_true",
+                       help="export per-process families on /metrics (one series per GPU process)")
+    group.add_argument("--metrics-compat", default=DEFAULT_COMPAT, choices=COMPAT_VERSIONS,
+                       help="whose names /metrics uses: dcgm-exporter 4.8's (default) or 4.9's (renamed "
+                       "families in DCGM 4.7's units, and the hostname label)")
+    group.add_argument("--metrics-job-label", action="store_true",
+                       help="label /metrics series with the Slurm job or pod that owns each GPU "
+                       "(one more series per job: off by default)")
+
+
+def _cluster_group(parser: argparse.ArgumentParser) -> None:
+    """The cluster dashboards' options: ``--prometheus`` and the options reaching it (every one of them belongs
+    here, so that a config file's [cluster] table and ``--help`` both find it)."""
+    group = _group(parser, "cluster")
+    group.add_argument("--prometheus", default=None, metavar="URL",
+                       help="a Prometheus-API endpoint (Prometheus, Thanos Query, Mimir): adds the cluster dashboards")
+    # The Prometheus access options (nvdash.server.prometheus_options.add_prometheus_options) are added here:
+    # add_prometheus_options(group)
+
+
+def _accounting_group(parser: argparse.ArgumentParser) -> None:
+    group = _group(parser, "accounting")
+    group.add_argument("--job-mapping-dir", default=None, metavar="DIR",
+                       help="a directory of per-GPU files (named by GPU index or UUID) holding the Slurm job "
+                       f"on each GPU, as a prolog/epilog writes them for dcgm-exporter (also ${ENV_JOB_MAPPING_DIR})")
+    group.add_argument("--accounting-retention", default=None, metavar="DURATION",
+                       help="how long the accounting's hourly tallies per job, pod and user are kept "
+                       "(default 365d; units h, d, w)")
+    group.add_argument("--idle-after", default=None, metavar="DURATION",
+                       help="how long an allocated GPU must be idle to count as waste (default 30m; units s, m, h)")
+
+
+_EPILOG = (
+    "Every option can also be set in the environment, as NVDASH_ and its name in capitals with underscores "
+    "(NVDASH_PROCESS_INTERVAL=5; a flag: 1, true, yes or 0, false, no; a repeatable option: comma-separated), "
+    "or in a TOML file named by --config, as the name without the dashes, at the top or in its group's table "
+    "([sampling] process-interval = 5). The command line wins over the environment, which wins over the file."
+)
+
+
+def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
+    parser = Parser(
+        prog=prog,
+        usage=f"{prog} [serve] [options]",
+        description="Live NVIDIA GPU and host dashboards, served by one Bokeh server. "
+        "Other commands: nvdash export, nvdash import FILE, nvdash replay FILE, nvdash report (each with --help).",
+        epilog=_EPILOG,
+    )
+    _add_config_option(parser)
+    _add_server_options(_group(parser, "server"))
+    _sampling_group(parser)
+    _history_group(parser)
+    _metrics_group(parser)
+    _cluster_group(parser)
+    _accounting_group(parser)
     return parser
 
 
@@ -220,7 +291,7 @@ def _duration_option(name: str, value: str | None, default: float, units: str, m
     return seconds
 
 
-def add_history_path(parser: argparse.ArgumentParser) -> None:
+def add_history_path(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     parser.add_argument(
         "--history",
         default=None,
@@ -360,14 +431,45 @@ def _prometheus_url(value: str | None) -> str | None:
     return url
 
 
+READ_BY_CHECKS: dict[str, tuple[str, ...]] = {
+    "--token": ("--token",),
+    "--history": ("--history", "--no-history"),
+    "--simulate": ("--simulate",),
+    "--job-mapping-dir": ("--job-mapping-dir",),
+    "--metrics-token": ("--metrics-token",),
+}
+"""The variables older than the ``$NVDASH_<OPTION>`` rule, read by their options' own checks with the meaning they
+had (e.g. ``NVDASH_HISTORY=off``, a blank ``NVDASH_TOKEN``); each outranks the file for the options it names."""
+
+
+def _merged(factory: Callable[[], argparse.ArgumentParser], argv: Sequence[str], environ: Mapping[str, str]) -> Merged:
+    """The command line under which the ``--config`` file and ``$NVDASH_<OPTION>`` values are put (one rule:
+    flag > environment > file > default); a file or variable that cannot be used is a :class:`UsageError`."""
+    try:
+        return merge(factory, argv, environ, tables=option_tables(_serve_parser(), GROUPS), groups=GROUPS,
+                     read_by_checks=READ_BY_CHECKS)
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+
+
 def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
-    """Validate the serve command line; raises :class:`UsageError` with a one-line message."""
-    args = _serve_parser().parse_args(list(argv))
+    """Validate the serve command line, the environment and the ``--config`` file; raises :class:`UsageError`
+    with a one-line message (naming the file and key, or the variable, that gave a bad value)."""
+    merged = _merged(_serve_parser, argv, environ)
+    try:
+        return _settings(_serve_parser().parse_args(merged.argv), environ, merged)
+    except UsageError as error:
+        raise UsageError(merged.attribute(str(error))) from None
+
+
+def _settings(args: argparse.Namespace, environ: Mapping[str, str], merged: Merged) -> Settings:
     if not args.interval >= MIN_INTERVAL_S:
         raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} seconds, not {args.interval}")
     simulate = args.simulate or environ.get(ENV_SIMULATE) or None
     if simulate is not None and simulate not in _profiles():
-        raise UsageError(f"unknown profile {simulate!r}; choose one of: {', '.join(_profiles())}")
+        message = f"unknown profile {simulate!r}; choose one of: {', '.join(_profiles())}"
+        where = merged.sources.get("--simulate")
+        raise UsageError(f"{message} ({where})" if where else message)
     defaults = Settings()
     process_interval = defaults.process_interval_s if args.process_interval is None else args.process_interval
     if process_interval != 0 and not process_interval >= args.interval:
@@ -427,13 +529,27 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     )
 
 
+def _replay_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="nvdash replay", usage="nvdash replay FILE [options]",
+                    description="Serve the dashboards from a history file (a recording), with no GPU needed.",
+                    epilog=_EPILOG + " A --config file's options that replay does not take are ignored.")
+    parser.add_argument("file", metavar="FILE", help="the history file to replay")
+    _add_config_option(parser)
+    _add_server_options(_group(parser, "server"))
+    _add_live_samples(_group(parser, "sampling"))
+    return parser
+
+
 def parse_replay(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Settings:
     """``nvdash replay FILE [server options]``: serve a recording without touching NVML."""
-    parser = Parser(prog="nvdash replay",
-                     description="Serve the dashboards from a history file (a recording), with no GPU needed.")
-    parser.add_argument("file", metavar="FILE", help="the history file to replay")
-    _add_server_options(parser)
-    args = parser.parse_args(list(argv))
+    merged = _merged(_replay_parser, argv, environ or {})
+    try:
+        return _replay_settings(_replay_parser().parse_args(merged.argv), environ or {})
+    except UsageError as error:
+        raise UsageError(merged.attribute(str(error))) from None
+
+
+def _replay_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
     return Settings(
         host=args.host,
         port=_port(args.port),
@@ -442,7 +558,7 @@ def parse_replay(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         allow_hosts=_allow_hosts(args.allow_host),
         connection_timeout_s=_connection_timeout(environ),
         viewer_stall_timeout_s=_stall_timeout(args.viewer_stall_timeout),
-        **_access(args, environ or {}),
+        **_access(args, environ),
         prefix=_prefix(args.prefix),
         live_samples=_live_samples(args.live_samples),
         process_interval_s=0.0,
