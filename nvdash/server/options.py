@@ -13,11 +13,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from nvdash.cluster.access import PrometheusAccess
 from nvdash.history.ranges import RangeError, parse_duration
 from nvdash.metrics.collector import GPU_LABELS, LABEL_FIELDS
 from nvdash.metrics.compat import COMPAT_VERSIONS, DEFAULT_COMPAT
 from nvdash.sampling.sampler import MIN_INTERVAL_S
 from nvdash.server.access import host_of
+from nvdash.server.prometheus_options import PrometheusOptionError, add_prometheus_options, prometheus_access
 from nvdash.settings import Settings
 
 ENV_SIMULATE = "NVDASH_SIMULATE"
@@ -168,6 +170,7 @@ def _serve_parser(prog: str = "nvdash") -> argparse.ArgumentParser:
                         "families in DCGM 4.7's units, and the hostname label)")
     parser.add_argument("--prometheus", default=None, metavar="URL",
                         help="a Prometheus-API endpoint (Prometheus, Thanos Query, Mimir): adds the cluster dashboards")
+    add_prometheus_options(parser)
     parser.add_argument(
         "--retention",
         default=None,
@@ -360,6 +363,13 @@ def _prometheus_url(value: str | None) -> str | None:
     return url
 
 
+def _prometheus_access(args: argparse.Namespace, environ: Mapping[str, str]) -> PrometheusAccess:
+    try:
+        return prometheus_access(args, environ)
+    except PrometheusOptionError as error:
+        raise UsageError(str(error)) from None
+
+
 def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     """Validate the serve command line; raises :class:`UsageError` with a one-line message."""
     args = _serve_parser().parse_args(list(argv))
@@ -396,6 +406,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         metrics_processes=args.metrics_processes,
         metrics_compat=args.metrics_compat,
         prometheus_url=_prometheus_url(args.prometheus),
+        prometheus_access=_prometheus_access(args, environ),
         host=args.host,
         port=_port(args.port),
         unix_socket=_unix_socket(args.unix_socket),
