@@ -219,6 +219,8 @@ class ClusterState:
     pods: tuple[ClusterPod, ...] = ()
     error: str | None = None
     """The newest failure (Prometheus down, slow, or refusing); the rest is the last good answer."""
+    refused: bool = False
+    """The newest failure is Prometheus refusing nvdash's credentials (HTTP 401 or 403)."""
     ok_time_s: float | None = None
     """When Prometheus last answered; ``None`` before its first answer."""
     truncated: bool = False

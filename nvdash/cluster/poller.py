@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from nvdash.cluster.model import ClusterState, build_gpus, build_pods, cluster_queries
-from nvdash.cluster.promapi import PrometheusClient, PrometheusError
+from nvdash.cluster.promapi import PrometheusAuthError, PrometheusClient, PrometheusError
 from nvdash.cluster.selectors import HOST_LABEL, HOST_LABELS, SeriesScope
 from nvdash.supervision import Supervisor
 
@@ -100,7 +100,7 @@ class ClusterPoller:
         try:
             state = self._ask(now, deadline, previous, began)
         except PrometheusError as error:
-            state = self._failed(previous, str(error), began)
+            state = self._failed(previous, str(error), began, refused=isinstance(error, PrometheusAuthError))
         except Exception as error:
             # A bug of nvdash's over an answer nobody foresaw: say so on the page, once with the traceback in the log.
             detail = " ".join(str(error).split())
@@ -113,10 +113,10 @@ class ClusterPoller:
             self._state = state
         return state
 
-    def _failed(self, previous: ClusterState, reason: str, began: float) -> ClusterState:
+    def _failed(self, previous: ClusterState, reason: str, began: float, *, refused: bool = False) -> ClusterState:
         if previous.error != reason:
             log.warning("cluster view: %s", reason)
-        return dataclasses.replace(previous, error=reason, generation=previous.generation + 1,
+        return dataclasses.replace(previous, error=reason, refused=refused, generation=previous.generation + 1,
                                    queries_ms=(time.perf_counter() - began) * 1000.0)
 
     def _ask(self, now: float, deadline: float, previous: ClusterState, began: float) -> ClusterState:
