@@ -139,7 +139,8 @@ def test_a_host_label_of_its_own_is_the_only_one_asked() -> None:
     expression = PrometheusHistory(PrometheusClient(URL), "n1", scope).expression(
         "avg_over_time", METRICS["temperature_c"], "60s", None)
     assert 'node="n1"' in expression
-    assert "Hostname" not in expression and "hostname" not in expression
+    assert "Hostname" not in expression
+    assert "hostname" not in expression
 
 
 def test_a_rotated_token_file_is_read_again(tmp_path: Path) -> None:
