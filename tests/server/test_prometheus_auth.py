@@ -291,6 +291,14 @@ def test_a_bearer_token_and_tenant_through_a_proxy_rotate_and_post(setup: Setup)
     fresh.write_text("token-2\n")
     os.replace(fresh, token)
     assert settled(runtime, ["node-a"]).refused is False
+    # Rewritten in place to a token of the same length within the file's timestamp granularity, the change is not
+    # seen before asking: the 401 makes nvdash read the file again and ask once more, so no refresh fails.
+    before = token.stat()
+    proxy.token = "token-5"
+    with token.open("r+") as stream:
+        stream.write("token-5\n")
+    os.utime(token, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert runtime.poller.refresh().error is None
     # A node's history over many GPUs is a query longer than a URL should be: it goes as a POST, and answers.
     proxy.asked.clear()
     end = time.time()
