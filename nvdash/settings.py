@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nvdash.accounting.idle import DEFAULT_IDLE_AFTER_S
+from nvdash.cluster.access import PrometheusAccess
 from nvdash.history.tiers import DEFAULT_RETENTION_S
 from nvdash.sampling.kubelet.podresources import DEFAULT_SOCKET
 from nvdash.sampling.usage import DEFAULT_INTERVAL_S
@@ -79,6 +80,8 @@ class Settings:
     """Whose family and label names ``/metrics`` uses: dcgm-exporter ``"4.8"``'s or ``"4.9"``'s."""
     prometheus_url: str | None = None
     """A Prometheus-API endpoint (Prometheus, Thanos Query, Mimir) for the cluster dashboards; ``None``: none."""
+    prometheus_access: PrometheusAccess = field(default_factory=PrometheusAccess)
+    """How the cluster dashboards reach it: credentials files, CA, headers, host label and series selector."""
     job_mapping_dir: str | None = None
     """A directory of per-GPU files naming the Slurm job on each GPU (written by a prolog/epilog); ``None``: none."""
     accounting_retention_s: float = 365 * 86_400.0

@@ -240,7 +240,7 @@ class ClusterPods:
 
     def __init__(self, cluster: ClusterRuntime) -> None:
         self.cluster: ClusterRuntime | None = cluster
-        self.timelines: PodSource = PrometheusPodHistory(cluster.client)
+        self.timelines: PodSource = PrometheusPodHistory(cluster.client, cluster.scope)
         self.executor: Executor | None = cluster.executor
 
     def follow(self, doc: Document, on_state: Callable[[ClusterState], None]) -> None:

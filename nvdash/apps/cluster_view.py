@@ -28,7 +28,8 @@ def status_html(cluster: ClusterRuntime, state: ClusterState, what: str) -> str:
     source = f"Prometheus at {escape(cluster.client.url)}"
     if state.error is not None:
         since = f" · last answer {clock_text(state.ok_time_s)}" if state.ok_time_s is not None else ""
-        return (f'<span style="color:{ERROR_COLOR}"><b>Prometheus down or slow:</b> {escape(state.error)} · '
+        trouble = "Prometheus refused access" if state.refused else "Prometheus down or slow"
+        return (f'<span style="color:{ERROR_COLOR}"><b>{trouble}:</b> {escape(state.error)} · '
                 f"retrying every {cluster.poller.refresh_s:g} s{since}</span>")
     if state.ok_time_s is None:
         return f"{source} · waiting for its first answer …"

@@ -3,13 +3,18 @@ node's past readings behind the history interface. nvdash stores nothing of the 
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from nvdash.cluster.access import Credentials, PrometheusAccess, tls_context
 from nvdash.cluster.history import PrometheusHistory
 from nvdash.cluster.poller import DEFAULT_REFRESH_S, ClusterPoller
 from nvdash.cluster.promapi import DEFAULT_TIMEOUT_S, PrometheusClient
+from nvdash.cluster.selectors import SeriesScope
 from nvdash.supervision import Supervisor
+
+log = logging.getLogger(__name__)
 
 QUERY_THREADS = 4
 
@@ -20,12 +25,14 @@ class ClusterRuntime:
 
     client: PrometheusClient
     poller: ClusterPoller
+    scope: SeriesScope = field(default_factory=SeriesScope)
+    """The host label and matchers of every series the cluster pages select."""
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=QUERY_THREADS, thread_name_prefix="nvdash-prom"))
 
     def history(self, hostname: str = "") -> PrometheusHistory:
         """A node's past readings (one per page: the page changes its node)."""
-        return PrometheusHistory(self.client, hostname)
+        return PrometheusHistory(self.client, hostname, self.scope)
 
     def start(self) -> None:
         """Start the poller's thread (it asks Prometheus only while a cluster page is open)."""
@@ -38,11 +45,18 @@ class ClusterRuntime:
 
 
 def open_cluster(url: str, timeout_s: float = DEFAULT_TIMEOUT_S, refresh_s: float = DEFAULT_REFRESH_S,
-                 supervisor: Supervisor | None = None) -> ClusterRuntime:
-    """The cluster runtime for the Prometheus-API endpoint at ``url`` (nothing is asked yet); its poller's thread
-    runs under ``supervisor``."""
-    client = PrometheusClient(url, timeout_s=timeout_s)
-    return ClusterRuntime(client, ClusterPoller(client, refresh_s=refresh_s, supervisor=supervisor))
+                 supervisor: Supervisor | None = None, access: PrometheusAccess | None = None) -> ClusterRuntime:
+    """The cluster runtime for the Prometheus-API endpoint at ``url`` (nothing is asked yet), reached as ``access``
+    says (its credential files are read now: raises :class:`~nvdash.cluster.access.CredentialsError`); its poller's
+    thread runs under ``supervisor``."""
+    access = access if access is not None else PrometheusAccess()
+    if access.insecure_skip_verify:
+        log.warning("cluster view: the certificate of Prometheus at %s is not verified "
+                    "(--prometheus-insecure-skip-verify)", url)
+    client = PrometheusClient(url, timeout_s=timeout_s, headers=dict(access.headers),
+                              credentials=Credentials(access), tls=tls_context(access))
+    poller = ClusterPoller(client, refresh_s=refresh_s, supervisor=supervisor, scope=access.scope)
+    return ClusterRuntime(client, poller, scope=access.scope)
 
 
 __all__ = ["ClusterRuntime", "PrometheusHistory", "open_cluster"]

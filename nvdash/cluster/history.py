@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nvdash.cluster.model import HOST_LABEL, HOST_LABELS, MIB, names, unit_back
+from nvdash.cluster.model import MIB, names, unit_back
 from nvdash.cluster.promapi import PrometheusClient
+from nvdash.cluster.selectors import SeriesScope, quote
 from nvdash.history.query import GAP_STEPS, HistoryResult, Series, with_gaps
 from nvdash.sampling.records import GpuEvent
 
@@ -75,32 +76,28 @@ def choose_step(start_s: float, end_s: float) -> float:
     return float(math.ceil(wanted / 86400.0) * 86400)
 
 
-def quote(value: str) -> str:
-    """A PromQL string literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
 class PrometheusHistory:
-    """One node's past readings; ``hostname`` (its ``Hostname`` or ``hostname`` label) can be changed between
-    queries."""
+    """One node's past readings; ``hostname`` (its host label's value) can be changed between queries. Every
+    series is selected within ``scope``."""
 
-    def __init__(self, client: PrometheusClient, hostname: str = "") -> None:
+    def __init__(self, client: PrometheusClient, hostname: str = "", scope: SeriesScope | None = None) -> None:
         self.client = client
         self.hostname = hostname
+        self.scope = scope if scope is not None else SeriesScope()
 
-    def selector(self, family: str, gpus: Sequence[int] | None, host_label: str = HOST_LABEL) -> str:
+    def selector(self, family: str, gpus: Sequence[int] | None, host_label: str | None = None) -> str:
         """``family`` of this node's whole GPUs (MIG instances' series left out), optionally some GPUs only."""
-        matchers = [f"{host_label}={quote(self.hostname)}", 'GPU_I_ID=""']
+        matchers = [f"{host_label or self.scope.host_label}={quote(self.hostname)}", 'GPU_I_ID=""']
         if gpus is not None:
             matchers.append("gpu=~" + quote("|".join(str(int(gpu)) for gpu in gpus)))
-        return f"{family}{{{', '.join(matchers)}}}"
+        return self.scope.series(family, *matchers)
 
     def expression(self, function: str, metric: PromMetric, window: str, gpus: Sequence[int] | None) -> str:
         """``function`` over ``window`` of the metric, in nvdash's unit, one series per GPU: each naming and host
         label in turn, the first that has the GPU at a step giving its value."""
         terms = []
         for family, multiplier, divisor in metric.namings():
-            for label in HOST_LABELS:
+            for label in self.scope.host_labels:
                 term = f"{function}({self.selector(family, gpus, label)}[{window}])"
                 if multiplier != 1.0:
                     term += f" * {float(multiplier)!r}"

@@ -15,17 +15,15 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from nvdash.cluster.selectors import HOST_LABELS, SeriesScope
 from nvdash.health.quotas import FINDING_KINDS
 from nvdash.health.status import Finding, GpuHealth, Status, evaluate_gpu, worst
 from nvdash.health.xid import xid_info
-from nvdash.metrics.compat import LABEL_RENAMES_4_9, RENAMES_4_9
+from nvdash.metrics.compat import RENAMES_4_9
 from nvdash.metrics.fields import QUOTA_FAMILIES
 from nvdash.sampling.records import GpuInfo, GpuSample
 
 MIB = 1024 * 1024
-HOST_LABEL = "Hostname"
-HOST_LABELS = (HOST_LABEL, LABEL_RENAMES_4_9[HOST_LABEL])
-"""The host's label: dcgm-exporter's ``Hostname`` up to 4.8.2, ``hostname`` from 4.8.3 and in 4.9."""
 FROM_4_9: Mapping[str, tuple[str, float, float]] = {
     rename.name: (family, rename.divisor, rename.factor) for family, rename in RENAMES_4_9.items()}
 """dcgm-exporter 4.9 family -> (its 4.8 name, multiplier, divisor): 4.9's value * multiplier / divisor is in 4.8's
@@ -76,28 +74,57 @@ GAUGES = (
 """The per-GPU families the overview reads (one instant query for all of them, under both namings: a node exporting
 both gives each reading twice, read back to one value per family)."""
 
-GPU_QUERY = '{__name__=~"' + _either(GAUGES) + '", GPU_I_ID=""}'
-SEEN_QUERY = (f"group by ({', '.join(HOST_LABELS)}, gpu, UUID, modelName) ("
-              + " or ".join(f"last_over_time({name}[{SEEN_WINDOW}])"
-                            for name in (*names("DCGM_FI_DEV_GPU_TEMP"), "nvdash_gpu_lost")) + ")")
-"""Every GPU of the last hour (a node exporting both namings is one GPU per node and index in the model)."""
-ALLOCATED_QUERY = "nvdash_pod_gpu_allocated"
 POD_SM_SHARE = "nvdash_pod_gpu_sm_share_ratio"
 POD_MEMORY = "nvdash_pod_gpu_memory_bytes"
 CORE_QUOTA, MEMORY_QUOTA, QUOTA_FINDING = QUOTA_FAMILIES
-POD_VALUES_QUERY = ('{__name__=~"' + _either(("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED",
-                                              "DCGM_FI_PROF_GR_ENGINE_ACTIVE", POD_SM_SHARE, POD_MEMORY,
-                                              *QUOTA_FAMILIES))
-                    + '", pod!=""}')
-"""The pods' device readings (the device's value repeated per pod, with ``--metrics-pods``) and, where the node
-exports them, each pod's own share of the device's SM time and the memory its processes hold, its vGPU or MPS quota
-and the quota findings that hold now."""
 IDLE_WINDOW = "30m"
-IDLE_QUERY = " or ".join((f"min_over_time(nvdash_pod_gpu_idle[{IDLE_WINDOW}]) == 1",
-                          *(f'max_over_time({name}{{pod!=""}}[{IDLE_WINDOW}]) == 0'
-                            for name in names("DCGM_FI_DEV_GPU_UTIL"))))
-"""The allocations idle at every scrape of the last 30 minutes (or since first scraped): no process of the pod
-on the device, or the device at 0 % utilization."""
+
+
+@dataclass(frozen=True)
+class ClusterQueries:
+    """The instant queries of one refresh of the cluster's state, every series selected within ``scope``."""
+
+    gpus: str
+    """The per-GPU families of :data:`GAUGES` now."""
+    seen: str
+    """Every GPU of the last hour (a node exporting both namings is one GPU per node and index in the model)."""
+    allocated: str
+    """The pods' allocations."""
+    pod_values: str
+    """The pods' device readings (the device's value repeated per pod, with ``--metrics-pods``) and, where the node
+    exports them, each pod's own share of the device's SM time and the memory its processes hold, its vGPU or MPS
+    quota and the quota findings that hold now."""
+    idle: str
+    """The allocations idle at every scrape of the last 30 minutes (or since first scraped): no process of the pod
+    on the device, or the device at 0 % utilization."""
+
+    def all(self) -> tuple[str, ...]:
+        """Every query, in the order a refresh asks them."""
+        return (self.gpus, self.seen, self.allocated, self.pod_values, self.idle)
+
+
+def cluster_queries(scope: SeriesScope) -> ClusterQueries:
+    """The refresh's queries, each series selected within ``scope``."""
+    pod_families = _either(("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                            POD_SM_SHARE, POD_MEMORY, *QUOTA_FAMILIES))
+    seen = " or ".join(f"last_over_time({scope.series(name)}[{SEEN_WINDOW}])"
+                       for name in (*names("DCGM_FI_DEV_GPU_TEMP"), "nvdash_gpu_lost"))
+    in_pod = 'pod!=""'
+    idle = " or ".join((f"min_over_time({scope.series('nvdash_pod_gpu_idle')}[{IDLE_WINDOW}]) == 1",
+                        *(f"max_over_time({scope.series(name, in_pod)}[{IDLE_WINDOW}]) == 0"
+                          for name in names("DCGM_FI_DEV_GPU_UTIL"))))
+    return ClusterQueries(
+        gpus=scope.series("", f'__name__=~"{_either(GAUGES)}"', 'GPU_I_ID=""'),
+        seen=f"group by ({', '.join(scope.host_labels)}, gpu, UUID, modelName) ({seen})",
+        allocated=scope.series("nvdash_pod_gpu_allocated"),
+        pod_values=scope.series("", f'__name__=~"{pod_families}"', in_pod),
+        idle=idle,
+    )
+
+
+DEFAULT_QUERIES = cluster_queries(SeriesScope())
+GPU_QUERY, SEEN_QUERY, ALLOCATED_QUERY, POD_VALUES_QUERY, IDLE_QUERY = DEFAULT_QUERIES.all()
+"""The queries with no selector and either host label (what ``--prometheus`` alone asks)."""
 MIG_SLICES = 7
 """Compute slices of a whole MIG-capable GPU (the ``7g`` profile)."""
 
@@ -192,6 +219,8 @@ class ClusterState:
     pods: tuple[ClusterPod, ...] = ()
     error: str | None = None
     """The newest failure (Prometheus down, slow, or refusing); the rest is the last good answer."""
+    refused: bool = False
+    """The newest failure is Prometheus refusing nvdash's credentials (HTTP 401 or 403)."""
     ok_time_s: float | None = None
     """When Prometheus last answered; ``None`` before its first answer."""
     truncated: bool = False

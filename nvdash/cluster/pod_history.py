@@ -12,25 +12,27 @@ import math
 
 import numpy as np
 
-from nvdash.cluster.history import MIN_WINDOW_S, choose_step, quote
+from nvdash.cluster.history import MIN_WINDOW_S, choose_step
 from nvdash.cluster.promapi import PrometheusClient
+from nvdash.cluster.selectors import SeriesScope, quote
 from nvdash.history.share_table import PodTimeline, grid_times, on_grid
 
 SM_SHARE = "nvdash_pod_gpu_sm_share_ratio"
 MEMORY = "nvdash_pod_gpu_memory_bytes"
 
 
-def pod_expression(family: str, namespace: str, pod: str, window_s: float) -> str:
-    """The sum over the pod's series of each one's mean over the ``window_s`` before each step."""
-    selector = f"{family}{{namespace={quote(namespace)}, pod={quote(pod)}}}"
+def pod_expression(family: str, namespace: str, pod: str, window_s: float, scope: SeriesScope | None = None) -> str:
+    """The sum over the pod's series (within ``scope``) of each one's mean over the ``window_s`` before each step."""
+    selector = (scope or SeriesScope()).series(family, f"namespace={quote(namespace)}", f"pod={quote(pod)}")
     return f"sum(avg_over_time({selector}[{round(window_s)}s]))"
 
 
 class PrometheusPodHistory:
     """Pods' past shares across the cluster (blocking: run it off the event loop)."""
 
-    def __init__(self, client: PrometheusClient) -> None:
+    def __init__(self, client: PrometheusClient, scope: SeriesScope | None = None) -> None:
         self.client = client
+        self.scope = scope if scope is not None else SeriesScope()
 
     def timeline(self, namespace: str, pod: str, start_s: float, end_s: float) -> PodTimeline:
         """The pod's SM share (devices-worth) and memory over ``[start_s, end_s]``: one point per step, at the start of
@@ -43,7 +45,7 @@ class PrometheusPodHistory:
         last = max(first, math.ceil(end_s / step) * step)
         columns = []
         for family in (SM_SHARE, MEMORY):
-            answer = self.client.range(pod_expression(family, namespace, pod, window), first, last, step)
+            answer = self.client.range(pod_expression(family, namespace, pod, window, self.scope), first, last, step)
             found = answer.series[0] if answer.series else None
             times, values = (found.time_s - step, found.values) if found is not None else (np.zeros(0), np.zeros(0))
             columns.append(on_grid(times, values, first - step, last, step))

@@ -12,19 +12,11 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from nvdash.cluster.model import (
-    ALLOCATED_QUERY,
-    GPU_QUERY,
-    IDLE_QUERY,
-    POD_VALUES_QUERY,
-    SEEN_QUERY,
-    ClusterState,
-    build_gpus,
-    build_pods,
-)
-from nvdash.cluster.promapi import PrometheusClient, PrometheusError
+from nvdash.cluster.model import ClusterState, build_gpus, build_pods, cluster_queries
+from nvdash.cluster.promapi import PrometheusAuthError, PrometheusClient, PrometheusError
+from nvdash.cluster.selectors import HOST_LABEL, HOST_LABELS, SeriesScope
 from nvdash.supervision import Supervisor
 
 log = logging.getLogger(__name__)
@@ -39,8 +31,10 @@ class ClusterPoller:
 
     def __init__(self, client: PrometheusClient, refresh_s: float = DEFAULT_REFRESH_S,
                  clock: Callable[[], float] = time.time, idle_after_s: float = IDLE_AFTER_S,
-                 supervisor: Supervisor | None = None) -> None:
+                 supervisor: Supervisor | None = None, *, scope: SeriesScope | None = None) -> None:
         self.client = client
+        self.scope = scope if scope is not None else SeriesScope()
+        self.queries = cluster_queries(self.scope)
         self.supervisor = supervisor if supervisor is not None else Supervisor()
         self.refresh_s = refresh_s
         self.clock = clock
@@ -106,7 +100,7 @@ class ClusterPoller:
         try:
             state = self._ask(now, deadline, previous, began)
         except PrometheusError as error:
-            state = self._failed(previous, str(error), began)
+            state = self._failed(previous, str(error), began, refused=isinstance(error, PrometheusAuthError))
         except Exception as error:
             # A bug of nvdash's over an answer nobody foresaw: say so on the page, once with the traceback in the log.
             detail = " ".join(str(error).split())
@@ -119,26 +113,37 @@ class ClusterPoller:
             self._state = state
         return state
 
-    def _failed(self, previous: ClusterState, reason: str, began: float) -> ClusterState:
+    def _failed(self, previous: ClusterState, reason: str, began: float, *, refused: bool = False) -> ClusterState:
         if previous.error != reason:
             log.warning("cluster view: %s", reason)
-        return dataclasses.replace(previous, error=reason, generation=previous.generation + 1,
+        return dataclasses.replace(previous, error=reason, refused=refused, generation=previous.generation + 1,
                                    queries_ms=(time.perf_counter() - began) * 1000.0)
 
     def _ask(self, now: float, deadline: float, previous: ClusterState, began: float) -> ClusterState:
-        current = self.client.instant(GPU_QUERY, deadline_mono=deadline)
-        seen = self.client.instant(SEEN_QUERY, deadline_mono=deadline)
-        allocated = self.client.instant(ALLOCATED_QUERY, deadline_mono=deadline)
-        values = self.client.instant(POD_VALUES_QUERY, deadline_mono=deadline)
-        idle = self.client.instant(IDLE_QUERY, deadline_mono=deadline)
+        queries = self.queries
+        current = self.client.instant(queries.gpus, deadline_mono=deadline)
+        seen = self.client.instant(queries.seen, deadline_mono=deadline)
+        allocated = self.client.instant(queries.allocated, deadline_mono=deadline)
+        values = self.client.instant(queries.pod_values, deadline_mono=deadline)
+        idle = self.client.instant(queries.idle, deadline_mono=deadline)
+        host = self._host
         return ClusterState(
             time_s=now,
-            gpus=build_gpus(((s.labels, s.value) for s in current.samples), (s.labels for s in seen.samples),
-                            now),
-            pods=build_pods((s.labels for s in allocated.samples), ((s.labels, s.value) for s in values.samples),
-                            ((s.labels, s.value) for s in idle.samples)),
+            gpus=build_gpus(((host(s.labels), s.value) for s in current.samples),
+                            (host(s.labels) for s in seen.samples), now),
+            pods=build_pods((host(s.labels) for s in allocated.samples),
+                            ((host(s.labels), s.value) for s in values.samples),
+                            ((host(s.labels), s.value) for s in idle.samples)),
             ok_time_s=now,
             truncated=any(answer.truncated for answer in (current, seen, allocated, values, idle)),
             generation=previous.generation + 1,
             queries_ms=(time.perf_counter() - began) * 1000.0,
         )
+
+    def _host(self, labels: Mapping[str, str]) -> Mapping[str, str]:
+        """``labels`` with the configured host label read as ``Hostname`` (the model's name for it)."""
+        label = self.scope.host_label
+        if label in HOST_LABELS or label not in labels:
+            return labels
+        return {**{name: value for name, value in labels.items() if name not in HOST_LABELS},
+                HOST_LABEL: labels[label]}

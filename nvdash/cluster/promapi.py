@@ -4,6 +4,12 @@ Any endpoint speaking that API works: Prometheus, Thanos Query, Mimir. Every cal
 request (a server dripping bytes cannot hold it), a bound on the answer's size and on the series it returns, and
 checks the answer's shape; every failure is a :class:`PrometheusError` with a one-line message. Run it off the
 event loop.
+
+Credentials (a bearer token or basic auth, from files re-read when they change) and extra headers (a tenant's
+``X-Scope-OrgID``) go with every request; a query whose URL would be longer than :data:`MAX_GET_URL` bytes goes as a
+form POST, as the API allows, since proxies and servers cut long URLs. A 401 or 403 is a
+:class:`PrometheusAuthError`: after a 401 the credential files are re-read and, if they changed, the query asked once
+more.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import contextlib
 import http.client
 import json
 import socket
+import ssl
 import threading
 import time
 import urllib.error
@@ -24,6 +31,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from nvdash.cluster.access import Credentials
+
 FloatArray = npt.NDArray[np.float64]
 DEFAULT_TIMEOUT_S = 5.0
 MAX_SERIES = 20_000
@@ -34,10 +43,20 @@ MIB = 1024 * 1024
 MAX_BODY_BYTES = 64 * MIB
 """The largest answer read; a larger one is abandoned (20,000 series of ~100 labels are about 40 MiB)."""
 READ_CHUNK = 256 * 1024
+MAX_GET_URL = 4000
+"""The longest URL asked by GET; a longer query goes as a POST (many proxies refuse URLs over 4 or 8 KiB)."""
 
 
 class PrometheusError(Exception):
     """Prometheus could not be asked or refused the query; the message is one line."""
+
+
+class PrometheusAuthError(PrometheusError):
+    """Prometheus (or the proxy before it) refused nvdash's credentials: HTTP 401 or 403."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -128,13 +147,17 @@ class PrometheusClient:
     """Asks one Prometheus-API endpoint; ``url`` is its base (``http://prometheus:9090``, or Thanos/Mimir's)."""
 
     def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_series: int = MAX_SERIES,
-                 headers: Mapping[str, str] | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+                 headers: Mapping[str, str] | None = None, max_body_bytes: int = MAX_BODY_BYTES,
+                 *, credentials: Credentials | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         """The most one request may take, from connecting to the answer's last byte."""
         self.max_series = max_series
         self.max_body_bytes = max_body_bytes
         self.headers = dict(headers or {})
+        self.credentials = credentials
+        self.tls = tls
+        """The TLS context for an https endpoint (``None``: the system's CAs)."""
 
     def instant(self, query: str, time_s: float | None = None, *, deadline_mono: float | None = None) -> Answer:
         """The value of ``query`` now (or at ``time_s``), asked before ``deadline_mono`` (default: the timeout)."""
@@ -187,19 +210,15 @@ class PrometheusClient:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise self._late()
-        url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
-        request = urllib.request.Request(url, headers={"Accept": "application/json", **self.headers})
-        with _Watchdog(remaining) as watchdog:
-            try:
-                body = self._fetch(request, remaining, watchdog)
-            except PrometheusError:
+        try:
+            body = self._ask(path, params, remaining)
+        except PrometheusAuthError as error:
+            if not (error.status == 401 and self.credentials is not None and self.credentials.renew()):
                 raise
-            except Exception as error:
-                if watchdog.expired:
-                    raise self._late() from None
-                raise self._unreachable(error) from None
-            if watchdog.expired:
-                raise self._late()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._late() from None
+            body = self._ask(path, params, remaining)
         try:
             answer = json.loads(body)
         except (ValueError, RecursionError):
@@ -211,14 +230,48 @@ class PrometheusClient:
         data: dict[str, Any] = answer["data"]
         return data
 
+    def request(self, path: str, params: Mapping[str, str]) -> urllib.request.Request:
+        """The request for ``path``: a GET, or a form POST when the URL would be longer than :data:`MAX_GET_URL`;
+        with the extra headers and the credentials' current ``Authorization``."""
+        form = urllib.parse.urlencode(params)
+        headers = {"Accept": "application/json", **self.headers}
+        if self.credentials is not None:
+            headers.update(self.credentials.headers())
+        url = f"{self.url}{path}?{form}"
+        if len(url) <= MAX_GET_URL:
+            return urllib.request.Request(url, headers=headers)
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
+        return urllib.request.Request(f"{self.url}{path}", data=form.encode("ascii"), headers=headers, method="POST")
+
+    def _ask(self, path: str, params: Mapping[str, str], remaining: float) -> bytes:
+        """The answer's body, read within ``remaining`` seconds."""
+        request = self.request(path, params)
+        with _Watchdog(remaining) as watchdog:
+            try:
+                body = self._fetch(request, remaining, watchdog)
+            except PrometheusError:
+                raise
+            except Exception as error:
+                if watchdog.expired:
+                    raise self._late() from None
+                raise self._unreachable(error) from None
+            if watchdog.expired:
+                raise self._late()
+        return body
+
     def _fetch(self, request: urllib.request.Request, timeout_s: float, watchdog: _Watchdog) -> bytes:
         """The body of the answer (an error status's too, raised as a refusal)."""
-        opener = urllib.request.build_opener(_WatchedHTTPHandler(watchdog), _WatchedHTTPSHandler(watchdog))
+        opener = urllib.request.build_opener(_WatchedHTTPHandler(watchdog), _WatchedHTTPSHandler(watchdog, self.tls))
         try:
             with opener.open(request, timeout=timeout_s) as response:
                 return self._read(response)
         except urllib.error.HTTPError as error:
             body = b"" if watchdog.expired else self._read(error)
+            if error.code in (401, 403):
+                given = "" if self.credentials is not None and self.credentials.given else " (none were given)"
+                raise PrometheusAuthError(
+                    f"Prometheus at {self.url} refused nvdash's credentials (HTTP {error.code}){given}",
+                    status=error.code) from None
             refused = _error_message(body) or f"HTTP {error.code} {error.reason}"
             raise PrometheusError(f"Prometheus at {self.url} refused the query: {refused}") from None
 
@@ -315,8 +368,8 @@ class _WatchedHTTPHandler(urllib.request.HTTPHandler):
 
 
 class _WatchedHTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, watchdog: _Watchdog) -> None:
-        super().__init__()
+    def __init__(self, watchdog: _Watchdog, context: ssl.SSLContext | None = None) -> None:
+        super().__init__(context=context)
         self._watchdog = watchdog
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:

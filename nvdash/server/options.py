@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from nvdash.cluster.access import PrometheusAccess
 from nvdash.history.ranges import RangeError, parse_duration
 from nvdash.metrics.collector import GPU_LABELS, LABEL_FIELDS
 from nvdash.metrics.compat import COMPAT_VERSIONS, DEFAULT_COMPAT
@@ -20,6 +21,7 @@ from nvdash.sampling.sampler import MIN_INTERVAL_S
 from nvdash.server.access import host_of
 from nvdash.server.config_file import ConfigError
 from nvdash.server.config_sources import ENV_CONFIG, Merged, merge, option_tables
+from nvdash.server.prometheus_options import PrometheusOptionError, add_prometheus_options, prometheus_access
 from nvdash.settings import Settings
 
 ENV_SIMULATE = "NVDASH_SIMULATE"
@@ -217,8 +219,7 @@ def _cluster_group(parser: argparse.ArgumentParser) -> None:
     group = _group(parser, "cluster")
     group.add_argument("--prometheus", default=None, metavar="URL",
                        help="a Prometheus-API endpoint (Prometheus, Thanos Query, Mimir): adds the cluster dashboards")
-    # The Prometheus access options (nvdash.server.prometheus_options.add_prometheus_options) are added here:
-    # add_prometheus_options(group)
+    add_prometheus_options(group)
 
 
 def _accounting_group(parser: argparse.ArgumentParser) -> None:
@@ -452,6 +453,13 @@ def _merged(factory: Callable[[], argparse.ArgumentParser], argv: Sequence[str],
         raise UsageError(str(error)) from None
 
 
+def _prometheus_access(args: argparse.Namespace, environ: Mapping[str, str]) -> PrometheusAccess:
+    try:
+        return prometheus_access(args, environ)
+    except PrometheusOptionError as error:
+        raise UsageError(str(error)) from None
+
+
 def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     """Validate the serve command line, the environment and the ``--config`` file; raises :class:`UsageError`
     with a one-line message (naming the file and key, or the variable, that gave a bad value)."""
@@ -498,6 +506,7 @@ def _settings(args: argparse.Namespace, environ: Mapping[str, str], merged: Merg
         metrics_processes=args.metrics_processes,
         metrics_compat=args.metrics_compat,
         prometheus_url=_prometheus_url(args.prometheus),
+        prometheus_access=_prometheus_access(args, environ),
         host=args.host,
         port=_port(args.port),
         unix_socket=_unix_socket(args.unix_socket),

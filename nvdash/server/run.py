@@ -16,6 +16,7 @@ from nvdash import live
 from nvdash.accounting.accountant import Accountant
 from nvdash.accounting.report import AccountingBook
 from nvdash.cluster import ClusterRuntime, open_cluster
+from nvdash.cluster.access import CredentialsError
 from nvdash.health.events import EventDetector
 from nvdash.health.quota_judge import watch as watch_quotas
 from nvdash.history.database import HistoryError
@@ -146,7 +147,10 @@ def _cluster(settings: Settings, supervisor: Supervisor) -> ClusterRuntime | Non
     """The cluster pages' Prometheus client (unstarted) when ``--prometheus`` was given, else ``None``."""
     if settings.prometheus_url is None:
         return None
-    return open_cluster(settings.prometheus_url, supervisor=supervisor)
+    try:
+        return open_cluster(settings.prometheus_url, supervisor=supervisor, access=settings.prometheus_access)
+    except CredentialsError as error:
+        raise StartupError(str(error)) from None
 
 
 def start_runtime(settings: Settings) -> tuple[Hardware | None, Runtime]:
