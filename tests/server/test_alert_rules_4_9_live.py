@@ -14,6 +14,9 @@ from tests.conftest import get_json, nvdash_server, wait_for
 from tests.prometheus_cluster import firing_alerts, query, run_prometheus
 
 RULES_4_9 = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "nvdash-alerts-4.9.yml"
+NOT_ON_THIS_NODE = {"DCGM_FI_DEV_RETIRED_PENDING"}
+"""Families a DGX H100 does not export: page retirement is for GPUs before Ampere (Hopper remaps rows instead), and
+the family is off in the default counters file, as in dcgm-exporter's."""
 
 
 def families_read(path: Path) -> set[str]:
@@ -36,7 +39,7 @@ def prometheus_4_9(tmp_path: Path) -> Iterator[str]:
 
 def test_the_4_9_rules_fire_on_a_4_9_node(prometheus_4_9: str) -> None:
     url = prometheus_4_9
-    wanted = families_read(RULES_4_9)
+    wanted = families_read(RULES_4_9) - NOT_ON_THIS_NODE
     per_family = query(url, 'count by (__name__) ({__name__=~"DCGM_FI_.+|nvdash_.+"})')
     exported = {row["metric"]["__name__"] for row in per_family}
     assert not wanted - exported, f"the 4.9 rules read families the node does not export: {sorted(wanted - exported)}"
