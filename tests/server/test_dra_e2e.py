@@ -129,3 +129,13 @@ def test_a_pod_with_only_a_dra_claim_is_attributed_on_processes_json_and_metrics
             }
             shares = {labels["pod"] for labels, _ in scrape["nvdash_pod_gpu_sm_share_ratio"]}
             assert shares == {"trainer", "notebook"}
+
+            # Accounting: each pod is charged its busy GPU or MIG device.
+            def pod_rows() -> dict[str, dict[str, Any]]:
+                rows = get_json(server.url + "/api/accounting.json?range=today&by=pod")["rows"]
+                return {row["key"]: row for row in rows if row["key"].startswith(f"{NAMESPACE}/")}
+
+            rows = wait_for(pod_rows, lambda r: len(r) == 2 and all(x["busy_hours"] > 0 for x in r.values()),
+                            timeout_s=60.0)
+            assert {key: row["gpus"] for key, row in rows.items()} == {
+                f"{NAMESPACE}/trainer": [1], f"{NAMESPACE}/notebook": [0]}
