@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from nvdash.apps.process_notes import idle_columns
 from nvdash.sampling.fake.usage_specs import GHOST_PID_BASE as GHOST
 from nvdash.sampling.host_processes import HostProcessTable
 from nvdash.sampling.kubelet import PodResourcesClient, PodResourcesWatcher
 from nvdash.sampling.kubelet.dra import map_claim, profile_key, with_claims
 from nvdash.sampling.usage import UsageCollector
-from nvdash.sampling.usage_records import ClaimDevice, GpuUsage, MigInstance, PodDevice, PodResources
+from nvdash.sampling.usage_records import ClaimDevice, GpuUsage, MigInstance, PodDevice, PodResources, Usage
 from tests.unit.conftest import FakeClock, open_source
 from tests.unit.kubelet_server import Claim, ClaimResource, Container, Lister, Pod, serve_pods
 
@@ -183,3 +184,11 @@ def test_a_mig_device_claim_names_the_processes_in_it(kubelet: tuple[Lister, Pod
         big = {p.pid: p for p in usage.processes}[GHOST + 200]
         assert (big.mig_uuid, big.pod_namespace, big.pod_name) == (instances[0].uuid, "team-a", "big")
         assert [(d.uuid, d.sharing) for d in usage.pods.devices] == [(instances[0].uuid, "mig")]
+
+
+def test_the_idle_table_says_why_a_dra_device_is_on_no_gpu() -> None:
+    pods = with_claims(PodResources(available=True, claim_devices=(claim("gpu-1"), claim("gpu-9"))), GPUS)
+    data = idle_columns(Usage(1.0, gpus=GPUS, pods=pods))
+    assert data["device"] == [GPU_A, "gpu.nvidia.com/node-a/gpu-9"]
+    assert data["gpu"] == ["GPU 0", "unknown GPU: DRA device gpu-9: no GPU with minor number 9 here"]
+    assert data["resource"] == ["gpu.nvidia.com (DRA claim ml/one-gpu)"] * 2
