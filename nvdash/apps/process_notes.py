@@ -21,14 +21,15 @@ _MUTED = "opacity: 0.7;"
 
 
 def idle_columns(usage: Usage | None) -> dict[str, list[Any]]:
-    """The "allocated, idle" table: devices the kubelet gave a pod on which that pod runs no process."""
+    """The "allocated, idle" table: devices the kubelet gave a pod on which that pod runs no process (a DRA device
+    nvdash could not map to a GPU says why in the GPU column)."""
     data: dict[str, list[Any]] = {name: [] for name in IDLE_COLUMNS}
     if usage is None:
         return data
     for device in usage.idle_allocations():
         for name, value in (("namespace", device.namespace), ("pod", device.pod), ("container", device.container),
                             ("resource", device.resource_name), ("device", device.device_id),
-                            ("gpu", device_text(usage, device.uuid)),
+                            ("gpu", f"unknown GPU: {device.note}" if device.note else device_text(usage, device.uuid)),
                             ("type", SHARING_NAMES.get(device.sharing, device.sharing))):
             data[name].append(value)
     return data

@@ -80,6 +80,7 @@ class DeviceProber:
         uuid = self._get(device, "uuid", nvml.nvmlDeviceGetUUID)
         memory = self._get(device, "memory", nvml.nvmlDeviceGetMemoryInfo)
         pci = self._get(device, "pci_info", nvml.nvmlDeviceGetPciInfo)
+        minor = _int(self._get(device, "minor_number", nvml.nvmlDeviceGetMinorNumber))
         generation = _int(self._get(device, "pcie_generation", nvml.nvmlDeviceGetMaxPcieLinkGeneration))
         width = _int(self._get(device, "pcie_width", nvml.nvmlDeviceGetMaxPcieLinkWidth))
         pcie_max = PCIE_LANE_BYTES_PER_S[generation] * width if generation in PCIE_LANE_BYTES_PER_S and width else None
@@ -113,6 +114,7 @@ class DeviceProber:
             nvlink_links=len(device.nvlink_active),
             nvlink_max_bytes_per_s=link_rate * links_up if link_rate else None,
             pci_bus_id=text_of(getattr(pci, "busId", "")) if pci is not None else "",
+            minor_number=minor,
             nvlink_version=version,
             nvlink_active_links=device.nvlink_active,
             nvlink_to_switch=self._links_to_switch(device),

@@ -283,7 +283,8 @@ class NvmlSource:
         return tuple(
             usage
             if usage is not None and not device.lost
-            else DeviceUsage(GpuUsage(device.index, device.info.uuid, processes_readable=False))
+            else DeviceUsage(GpuUsage(device.index, device.info.uuid, processes_readable=False,
+                                   minor_number=device.info.minor_number))
             for device, usage in self._each_device("usage", self._read_usage, timeout_s, meanwhile)
         )
 

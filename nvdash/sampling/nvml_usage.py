@@ -140,6 +140,7 @@ class UsageReader:
         gpu = GpuUsage(
             index=device.index,
             uuid=device.info.uuid,
+            minor_number=device.info.minor_number,
             mig_enabled=mig_enabled,
             mig_pending=mig_pending,
             instances=instances,

@@ -31,6 +31,8 @@ class GpuInfo:
     without NVLink. Percentages of the NVLink maximum are of this figure."""
     pci_bus_id: str = ""
     """NVML's bus id, e.g. ``00000000:18:00.0``."""
+    minor_number: int | None = None
+    """The N of ``/dev/nvidiaN`` (``nvmlDeviceGetMinorNumber``); DRA drivers name GPUs by it. ``None``: unknown."""
     nvlink_version: str | None = None
     """Decoded from NVML's ``nvmlNvlinkVersion_t`` enum, e.g. ``"4.0"``; ``None`` without NVLink."""
     nvlink_link_bytes_per_s: float | None = None

@@ -6,6 +6,9 @@ named after a pod when the evidence is unambiguous:
 - its cgroup names a pod UID and the kubelet's pod log directories name that UID; or
 - the kubelet allocated its GPU (or MIG instance) to exactly one pod, and its cgroup puts it in a pod (or the
   host cannot see the PID at all); a process whose cgroup says it is not in a pod is never named after one.
+
+A GPU or MIG device a pod got through a DRA claim counts as allocated to it like a device plugin's (see
+:mod:`nvdash.sampling.kubelet.dra`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from nvdash.sampling.grants import collect_grants
+from nvdash.sampling.kubelet.dra import with_claims
 from nvdash.sampling.nvml_usage import DeviceUsage, NvmlProcess
 from nvdash.sampling.usage_records import GpuProcess, HostProcess, MigInstance, PodDevice, PodResources, Usage
 
@@ -69,7 +73,7 @@ class UsageCollector:
             hosts.update(self._host.lookup(self._previous_pids))
 
         devices = self._gpus.read_usage(timeout_s, look_up_known) if self._gpus is not None else ()
-        pods = self._pods.latest() if self._pods is not None else PodResources()
+        pods = with_claims(self._pods.latest() if self._pods is not None else PodResources(), [d.gpu for d in devices])
         pids = sorted({process.pid for device in devices for process in device.processes})
         known = set(self._previous_pids)
         new = [pid for pid in pids if pid not in known]

@@ -118,6 +118,8 @@ class PodDevice:
     """As the device plugin names it: a GPU UUID, a MIG UUID, or a shared replica ``GPU-...::2``."""
     sharing: str
     """One of :data:`SHARING_KINDS`."""
+    note: str | None = None
+    """Why nvdash could not tell which GPU this is (a DRA device it cannot map); ``None`` when it could."""
 
     @property
     def uuid(self) -> str:
@@ -130,6 +132,30 @@ class PodDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimDevice:
+    """One device a container got through a DRA ResourceClaim (pod-resources ``dynamic_resources``), as the
+    kubelet names it; :mod:`nvdash.sampling.kubelet.dra` maps it to a GPU."""
+
+    namespace: str
+    pod: str
+    container: str
+    claim_namespace: str
+    claim_name: str
+    driver: str
+    """The DRA driver, e.g. ``gpu.nvidia.com``; empty from kubelets before 1.31."""
+    pool: str
+    """The driver's resource pool (the NVIDIA GPU driver: the node's name)."""
+    device: str
+    """The driver's name for the device, e.g. ``gpu-0`` (by minor number) or ``gpu-0-mig-1g10gb-19-0``."""
+    share_id: str | None = None
+    """Set (Kubernetes 1.35+) when the device was one of several allocations of a device shared between claims."""
+    cdi_devices: tuple[str, ...] = ()
+    """The fully qualified CDI device names the container got for it."""
+    class_name: str | None = None
+    """The claim's DeviceClass, from kubelets 1.27-1.30 only (they name no driver or device)."""
+
+
+@dataclass(frozen=True, slots=True)
 class PodResources:
     """The kubelet's answer: allocated devices, or why there is none (``status`` is a plain sentence)."""
 
@@ -139,6 +165,9 @@ class PodResources:
     quota_devices: tuple[PodDevice, ...] = ()
     """Quota units that name no GPU (GPU-Manager's ``tencent.com/vcuda-core``: 1 % of a GPU each, and
     ``tencent.com/vcuda-memory``: 256 MiB each); :mod:`nvdash.sampling.grants` counts them into grants."""
+    claim_devices: tuple[ClaimDevice, ...] = ()
+    """Devices allocated through DRA claims, as the kubelet named them; once mapped to GPUs they are in ``devices``
+    too (see :func:`nvdash.sampling.kubelet.dra.with_claims`)."""
     status: str = "Kubernetes pod lookup is off."
 
 
@@ -217,6 +246,8 @@ class GpuUsage:
     """False when NVML would not list the processes (unsupported, lost, or no answer in time)."""
     process_utilization: bool = False
     """True when NVML reports per-process utilization on this GPU."""
+    minor_number: int | None = None
+    """The N of ``/dev/nvidiaN``, by which DRA drivers name GPUs; ``None``: unknown."""
 
 
 @dataclass(frozen=True, slots=True)

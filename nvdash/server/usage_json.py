@@ -121,6 +121,7 @@ def processes_json(store: Store) -> dict[str, Any]:
                 "uuid": device.uuid,
                 "sharing": device.sharing,
                 "idle": device in idle,
+                "note": device.note,
             }
             for device in usage.pods.devices
         ],

@@ -1,7 +1,8 @@
 """Real servers on unix sockets for the pod-resources client tests.
 
 :func:`compile_api` compiles ``nvdash/sampling/kubelet/api.proto`` with ``grpc_tools.protoc``;
-:func:`serve_pods` serves its ``PodResourcesLister`` with the pods a test hands in;
+:func:`serve_pods` serves its ``PodResourcesLister`` with the pods a test hands in (device-plugin devices and DRA
+claims);
 :func:`serve_garbage` answers ``List`` with bytes that decode as nothing; :func:`serve_no_service` offers no
 service at all; :func:`serve_junk` is a plain socket that writes junk and hangs up.
 """
@@ -53,10 +54,33 @@ def compile_api(out_dir: Path) -> tuple[ModuleType, ModuleType]:
 
 
 @dataclass(frozen=True)
+class ClaimResource:
+    """One device of a DRA claim, as ``ClaimResource`` names it."""
+
+    driver: str
+    pool: str
+    device: str
+    cdi_devices: Sequence[str] = ()
+    share_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A ResourceClaim prepared for a container (``DynamicResource``); ``class_name`` as kubelets 1.27-1.30 send."""
+
+    namespace: str
+    name: str
+    resources: Sequence[ClaimResource]
+    class_name: str = ""
+
+
+@dataclass(frozen=True)
 class Container:
     name: str
     devices: Mapping[str, Sequence[str]]
     """Resource name to device ids."""
+    claims: Sequence[Claim] = ()
+    """What the container got through DRA (``dynamic_resources``)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +98,27 @@ class Lister:
     delay_s: float = 0.0
     calls: int = 0
     release: threading.Event = field(default_factory=threading.Event)
+
+
+def _dynamic(api_pb2: ModuleType, claims: Sequence[Claim]) -> list[Any]:
+    return [
+        api_pb2.DynamicResource(
+            class_name=claim.class_name,
+            claim_name=claim.name,
+            claim_namespace=claim.namespace,
+            claim_resources=[
+                api_pb2.ClaimResource(
+                    cdi_devices=[api_pb2.CDIDevice(name=name) for name in resource.cdi_devices],
+                    driver_name=resource.driver,
+                    pool_name=resource.pool,
+                    device_name=resource.device,
+                    **({} if resource.share_id is None else {"share_id": resource.share_id}),
+                )
+                for resource in claim.resources
+            ],
+        )
+        for claim in claims
+    ]
 
 
 def _servicer(api_pb2: ModuleType, api_pb2_grpc: ModuleType, lister: Lister) -> Any:
@@ -95,6 +140,7 @@ def _servicer(api_pb2: ModuleType, api_pb2_grpc: ModuleType, lister: Lister) -> 
                                     for resource, ids in container.devices.items()
                                 ],
                                 cpu_ids=[2, 3],
+                                dynamic_resources=_dynamic(api_pb2, container.claims),
                             )
                             for container in pod.containers
                         ],

@@ -178,6 +178,7 @@ class FakeDriver:
             "nvmlDeviceGetName": (self.device_get_name, static),
             "nvmlDeviceGetUUID": (self.device_get_uuid, static),
             "nvmlDeviceGetPciInfo_v3": (self.device_get_pci_info, static),
+            "nvmlDeviceGetMinorNumber": (self.device_get_minor_number, static),
             "nvmlDeviceGetArchitecture": (self.device_get_architecture, static),
             "nvmlDeviceGetTemperatureThreshold": (self.device_get_temperature_threshold, static),
             "nvmlDeviceGetPowerManagementDefaultLimit": (self.device_get_power_default_limit, static),
@@ -277,6 +278,13 @@ class FakeDriver:
         if not store_string(buffer, size, uuid):
             return c.NVML_ERROR_INSUFFICIENT_SIZE
         return _OK
+
+    def device_get_minor_number(self, call: Call, handle: object, minor: object) -> int:
+        """``/dev/nvidia<minor>``: in reverse order of the index (as where the driver probed the boards in another
+        order than NVML's PCI order), so that whatever names GPUs by minor number cannot pass by using the index."""
+        if self.usage.mig_of(handle) is not None:
+            return c.NVML_ERROR_NOT_SUPPORTED
+        return self._store_uint(minor, self.profile.gpu_count - 1 - call.device)
 
     def device_get_pci_info(self, call: Call, _handle: object, pci: object) -> int:
         """``nvmlPciInfo_t`` as ``nvmlDeviceGetPciInfo_v3`` fills it."""

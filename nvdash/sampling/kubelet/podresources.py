@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from nvdash.sampling.usage_records import PodDevice, PodResources
+from nvdash.sampling.kubelet.dra import claim_devices
+from nvdash.sampling.usage_records import ClaimDevice, PodDevice, PodResources
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ _MESSAGES: tuple[tuple[str, tuple[_Field, ...]], ...] = (
     (
         "DynamicResource",
         (
+            ("class_name", 1, "string", False),
             ("claim_name", 2, "string", False),
             ("claim_namespace", 3, "string", False),
             ("claim_resources", 4, "ClaimResource", True),
@@ -80,6 +82,7 @@ _MESSAGES: tuple[tuple[str, tuple[_Field, ...]], ...] = (
             ("driver_name", 2, "string", False),
             ("pool_name", 3, "string", False),
             ("device_name", 4, "string", False),
+            ("share_id", 5, "string", False),
         ),
     ),
     ("CDIDevice", (("name", 1, "string", False),)),
@@ -202,15 +205,25 @@ def _devices(response: Any, keep: Callable[[str, str], bool], sharing: str | Non
     return tuple(found)
 
 
-def summary(devices: Iterable[PodDevice]) -> str:
-    """E.g. ``"kubelet pod-resources: 3 pods hold 5 GPU devices"``."""
+def summary(devices: Iterable[PodDevice], claims: Iterable[ClaimDevice] = ()) -> str:
+    """E.g. ``"kubelet pod-resources: 3 pods hold 5 GPU devices"``, and ``"; DRA claims give 2 pods 2 devices"``
+    when containers got devices through DRA claims."""
     held = tuple(devices)
+    claimed = tuple(claims)
     pods = len({(device.namespace, device.pod) for device in held})
     if not held:
-        return "kubelet pod-resources: no pod holds a GPU device"
-    pods_text = "1 pod holds" if pods == 1 else f"{pods} pods hold"
-    devices_text = "1 GPU device" if len(held) == 1 else f"{len(held)} GPU devices"
-    return f"kubelet pod-resources: {pods_text} {devices_text}"
+        text = "kubelet pod-resources: no pod holds a GPU device"
+    else:
+        pods_text = "1 pod holds" if pods == 1 else f"{pods} pods hold"
+        devices_text = "1 GPU device" if len(held) == 1 else f"{len(held)} GPU devices"
+        text = f"kubelet pod-resources: {pods_text} {devices_text}"
+    if not claimed:
+        return text
+    if not held:
+        text = "kubelet pod-resources: no pod holds a device-plugin GPU"
+    claim_pods = len({(claim.namespace, claim.pod) for claim in claimed})
+    return (f"{text}; DRA claims give {claim_pods} pod{'s' if claim_pods != 1 else ''} {len(claimed)} "
+            f"device{'s' if len(claimed) != 1 else ''}")
 
 
 def _path_problem(path: str) -> str | None:
@@ -303,8 +316,9 @@ class PodResourcesClient:
                 status = f"The kubelet pod-resources List call failed: {type(error).__name__}: {error}"
                 return PodResources(available=False, status=status)
             devices = gpu_devices(response)
-            return PodResources(devices=devices, available=True, status=summary(devices),
-                                quota_devices=quota_devices(response))
+            claims = claim_devices(response)
+            return PodResources(devices=devices, available=True, status=summary(devices, claims),
+                                quota_devices=quota_devices(response), claim_devices=claims)
 
     def close(self) -> None:
         """Close the channel (a later :meth:`list` opens a new one)."""
