@@ -5,9 +5,12 @@
 #   2. the base: debootstrap --variant=minbase of Debian (python3, python3-venv, ca-certificates), trimmed of docs,
 #      man pages, locales and apt's caches, kept as a tarball in the cache folder;
 #   3. the base image nvdash-base:SUITE, imported from that tarball (buildah from scratch + add + commit);
-#   4. the image nvdash:VERSION (and nvdash:latest), built FROM that base; prints its size and the build time.
+#   4. nvdash's dependencies as wheels for the base's Python and glibc, fetched with this machine's pip (its index,
+#      proxy and certificates), so the build itself runs without network;
+#   5. the image nvdash:VERSION (and nvdash:latest), built FROM that base; prints its size and the build time.
 # Run as root (buildah's vfs storage and chroot isolation work in a container without systemd).
 set -euo pipefail
+trap 'echo "build-image.sh: line $LINENO failed: $BASH_COMMAND" >&2' ERR
 
 usage() {
   cat <<'EOF'
@@ -153,14 +156,50 @@ if ! buildah inspect --type image "$BASE_IMAGE" >/dev/null 2>&1; then
   buildah commit --quiet --rm "$ctr" "$BASE_IMAGE" >/dev/null
 fi
 
-# 4. The image.
+# 4. nvdash's dependencies, as wheels for the base's Python, fetched here by pip (with this machine's pip settings:
+# index, proxy, certificates), so that the build itself needs no network.
+ARCH=$(buildah info --format '{{.host.arch}}')
+case "$ARCH" in
+  amd64) PLATFORM=x86_64 ;;
+  arm64) PLATFORM=aarch64 ;;
+  *) PLATFORM=$ARCH ;;
+esac
+PY=$(tar -tf "$BASE_TAR" --wildcards './usr/bin/python3.*' 2>/dev/null | grep -Eo 'python3\.[0-9]+$' | sort -u) || true
+PY=${PY%%$'\n'*}
+[ -n "$PY" ] || die "no python3 in the base $BASE_TAR: make it again with --rebuild-base"
+PY=${PY#python}
+GLIBC=$(tar -xOf "$BASE_TAR" ./var/lib/dpkg/status | awk '/^Package: libc6$/ { p = 1 } p && /^Version:/ { print $2; p = 0 }') ||
+  true
+GLIBC=$(echo "$GLIBC" | grep -Eo '^[0-9]+\.[0-9]+' | tr . _) || true
+[ -n "$GLIBC" ] || die "no libc6 in the base $BASE_TAR: make it again with --rebuild-base"
+mkdir "$WORK/context"
+cp "$WORK/$WHEEL_FILE" "$WORK/context/"
+echo "== fetching nvdash's dependencies for Python $PY on $PLATFORM"
+t=$SECONDS
+"$PYTHON" -m pip download --quiet --only-binary=:all: --python-version "$PY" --implementation cp \
+  --platform "manylinux_${GLIBC}_$PLATFORM" --platform "manylinux2014_$PLATFORM" \
+  -d "$WORK/context" "$WORK/context/${WHEEL_FILE}[kubernetes]" >"$WORK/download.log" 2>&1 ||
+  { tail -20 "$WORK/download.log" >&2; die "pip download of nvdash's dependencies failed: see the lines above"; }
+echo "   $(find "$WORK/context" -name '*.whl' | wc -l) wheels, $(du -sm "$WORK/context" | cut -f1) MiB in $((SECONDS - t)) s"
+
+# 5. The image.
 echo "== building $NAME:$VERSION from $BASE_IMAGE"
 t=$SECONDS
 cp "$CONTAINERFILE" "$WORK/Containerfile"
-mkdir "$WORK/context"
-cp "$WORK/$WHEEL_FILE" "$WORK/context/"
-buildah build --quiet --pull=never --network host --build-arg "BASE=$BASE_IMAGE" --build-arg "VERSION=$VERSION" \
+# (buildah images lists an image once per tag: the first line is the one wanted; no `head`, whose early exit
+# would fail the pipeline under pipefail.)
+OLD_ID=$(buildah images --quiet --no-trunc "localhost/$NAME:$VERSION" 2>/dev/null) || true
+OLD_ID=${OLD_ID%%$'\n'*}
+buildah build --quiet --pull=never --network none --build-arg "BASE=$BASE_IMAGE" --build-arg "VERSION=$VERSION" \
+  --build-arg "PIP_OPTIONS=--no-index --find-links /tmp/wheels" \
   -f "$WORK/Containerfile" -t "$NAME:$VERSION" -t "$NAME:latest" "$WORK/context" >"$WORK/build.log" 2>&1 ||
   { tail -20 "$WORK/build.log" >&2; die "buildah build failed: see the lines above"; }
-SIZE=$(buildah images --format '{{.Size}}' "localhost/$NAME:$VERSION" | head -1)
+NEW_ID=$(buildah images --quiet --no-trunc "localhost/$NAME:$VERSION")
+NEW_ID=${NEW_ID%%$'\n'*}
+if [ -n "$OLD_ID" ] && [ "$OLD_ID" != "$NEW_ID" ]; then
+  # The image this one replaces, now untagged: removed, unless something else still uses it.
+  buildah rmi "$OLD_ID" >/dev/null 2>&1 || true
+fi
+SIZE=$(buildah images --format '{{.Size}}' "localhost/$NAME:$VERSION")
+SIZE=${SIZE%%$'\n'*}
 echo "== $NAME:$VERSION built: $SIZE, image step $((SECONDS - t)) s, all $((SECONDS - START)) s"
