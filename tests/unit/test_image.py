@@ -111,7 +111,13 @@ def test_the_wheel_is_installed_with_an_extra_that_pyproject_defines() -> None:
     extras = re.findall(r'"\$\{wheel\}\[(\w+)\]"', run)
     assert extras == ["kubernetes"]
     assert set(extras) <= _extras()
-    assert _only("COPY") == "nvdash-*.whl /tmp/wheels/"
+    # The context (one nvdash wheel, perhaps its dependencies' wheels) goes to /tmp/wheels; by default pip may use
+    # the network, build-image.sh makes it use those wheels alone.
+    assert _only("COPY") == ". /tmp/wheels/"
+    assert "/tmp/wheels/nvdash-*.whl" in run
+    assert 'ARG PIP_OPTIONS=""' in [f"ARG {arguments}" for name, arguments in _instructions() if name == "ARG"]
+    assert re.search(r'--build-arg "PIP_OPTIONS=--no-index --find-links /tmp/wheels"',
+                     SCRIPT.read_text(encoding="utf-8"))
     # The NVIDIA container runtime mounts libnvidia-ml in only when asked for the utility capability.
     environment = _image_environment()
     assert environment["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
