@@ -18,7 +18,8 @@ Usage: scripts/build-image.sh [options]
 Builds the container image nvdash:VERSION from deploy/image/Containerfile on a Debian base made with debootstrap.
 
 Options:
-  --install        install what is missing (buildah, debootstrap, uidmap) with apt-get first (as root)
+  --install        install what is missing (buildah, debootstrap) with apt-get first (as root); neither runc
+                   nor crun is needed: buildah runs the build's steps with chroot isolation
   --suite NAME     Debian release of the base (default: bookworm)
   --mirror URL     Debian mirror for debootstrap (default: http://deb.debian.org/debian)
   --cache DIR      where the base tarball is kept (default: $XDG_CACHE_HOME/nvdash-image, else ~/.cache/nvdash-image)
@@ -79,7 +80,6 @@ if [ "$INSTALL" = 1 ]; then
   missing=()
   command -v buildah >/dev/null 2>&1 || missing+=(buildah)
   command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
-  command -v newuidmap >/dev/null 2>&1 || missing+=(uidmap)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]} (Debian packages)"
     apt-get update -qq
