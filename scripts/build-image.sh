@@ -2,8 +2,9 @@
 # Builds nvdash's container image (deploy/image/Containerfile) with buildah, from Debian's packages alone: no
 # registry is needed. Steps, each skipped when its result is already there:
 #   1. the wheel: pip wheel --no-deps (its build runs npm to build the JupyterLab extension);
-#   2. the base: debootstrap --variant=minbase of Debian (python3, python3-venv, ca-certificates), trimmed of docs,
-#      man pages, locales and apt's caches, kept as a tarball in the cache folder;
+#   2. the base: debootstrap --variant=minbase of Debian (python3, python3-venv, ca-certificates), upgraded from
+#      SUITE-updates and SUITE-security, trimmed of docs, man pages, locales and apt's caches, kept as a tarball in
+#      the cache folder (--rebuild-base makes it again: do so for new security fixes);
 #   3. the base image nvdash-base:SUITE, imported from that tarball (buildah from scratch + add + commit);
 #   4. nvdash's dependencies as wheels for the base's Python and glibc, fetched with this machine's pip (its index,
 #      proxy and certificates), so the build itself runs without network;
@@ -22,6 +23,9 @@ Options:
                    nor crun is needed: buildah runs the build's steps with chroot isolation
   --suite NAME     Debian release of the base (default: bookworm)
   --mirror URL     Debian mirror for debootstrap (default: http://deb.debian.org/debian)
+  --security-mirror URL
+                   where SUITE-security comes from (default: the mirror with -security appended, e.g.
+                   http://deb.debian.org/debian-security); none: the release alone, no updates (e.g. sid)
   --cache DIR      where the base tarball is kept (default: $XDG_CACHE_HOME/nvdash-image, else ~/.cache/nvdash-image)
   --rebuild-base   make the base again (debootstrap) even when it is cached
   --wheel FILE     use this nvdash wheel instead of building one
@@ -40,6 +44,7 @@ die() {
 
 SUITE=bookworm
 MIRROR=http://deb.debian.org/debian
+SECURITY_MIRROR=""
 CACHE=${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/nvdash-image
 REBUILD_BASE=0
 INSTALL=0
@@ -50,11 +55,12 @@ while [ $# -gt 0 ]; do
     -h | --help) usage; exit 0 ;;
     --install) INSTALL=1 ;;
     --rebuild-base) REBUILD_BASE=1 ;;
-    --suite | --mirror | --cache | --wheel | --tag)
+    --suite | --mirror | --security-mirror | --cache | --wheel | --tag)
       if [ $# -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi
       case "$1" in
         --suite) SUITE=$2 ;;
         --mirror) MIRROR=$2 ;;
+        --security-mirror) SECURITY_MIRROR=$2 ;;
         --cache) CACHE=$2 ;;
         --wheel) WHEEL=$2 ;;
         --tag) NAME=$2 ;;
@@ -65,6 +71,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 
+SECURITY_MIRROR=${SECURITY_MIRROR:-${MIRROR%/}-security}
 case "$SUITE" in *[!a-z0-9-]* | "") die "--suite: not a Debian release name: $SUITE" ;; esac
 
 cd "$(dirname "$0")/.."
@@ -133,6 +140,20 @@ if [ ! -s "$BASE_TAR" ]; then
   debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates "$SUITE" "$rootfs" "$MIRROR" \
     >"$WORK/debootstrap.log" 2>&1 ||
     { tail -20 "$WORK/debootstrap.log" >&2; die "debootstrap of $SUITE from $MIRROR failed: see the lines above"; }
+  # Debian's stable updates and security fixes, which debootstrap (the release's packages alone) leaves out.
+  if [ "$SECURITY_MIRROR" != none ]; then
+    {
+      echo "deb $MIRROR $SUITE main"
+      echo "deb $MIRROR $SUITE-updates main"
+      echo "deb $SECURITY_MIRROR $SUITE-security main"
+    } >"$rootfs/etc/apt/sources.list"
+    { chroot "$rootfs" apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive chroot "$rootfs" apt-get upgrade -y -qq -o Dpkg::Options::=--force-confold; } \
+      >"$WORK/upgrade.log" 2>&1 ||
+      { tail -20 "$WORK/upgrade.log" >&2; die "apt-get upgrade of the base failed (no $SUITE-security at $SECURITY_MIRROR? \
+give --security-mirror none): see the lines above"; }
+    echo "   upgraded: $(grep -c '^Unpacking ' "$WORK/upgrade.log" || true) packages from $SUITE-updates and $SUITE-security"
+  fi
   # What Debian's slim images leave out: documentation (but the copyright files), man pages, locales, apt's caches.
   find "$rootfs/usr/share/doc" -mindepth 1 ! -name copyright ! -type d -delete
   find "$rootfs/usr/share/doc" -mindepth 1 -type d -empty -delete
@@ -143,6 +164,10 @@ if [ ! -s "$BASE_TAR" ]; then
   rm -rf "$rootfs"
   buildah rmi "$BASE_IMAGE" >/dev/null 2>&1 || true
   echo "   $BASE_TAR ($(du -m "$BASE_TAR" | cut -f1) MiB) in $((SECONDS - t)) s"
+fi
+
+if [ -n "$(find "$BASE_TAR" -mtime +7)" ]; then
+  echo "   note: the base is $(( ($(date +%s) - $(stat -c %Y "$BASE_TAR")) / 86400 )) days old: --rebuild-base brings Debian's latest security fixes"
 fi
 
 # 3. The base image, imported from the tarball when it is not in buildah's storage yet.

@@ -138,7 +138,8 @@ def test_the_script_help_lists_its_options() -> None:
     result = _run_script("--help")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("Usage: scripts/build-image.sh")
-    for option in ("--install", "--suite", "--mirror", "--cache", "--rebuild-base", "--wheel", "--tag"):
+    for option in ("--install", "--suite", "--mirror", "--security-mirror", "--cache", "--rebuild-base", "--wheel",
+                   "--tag"):
         assert re.search(rf"^  {option}\b", result.stdout, re.MULTILINE), option
 
 
