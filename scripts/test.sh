@@ -2,7 +2,7 @@
 # Runs every test (unit, server, JupyterLab, browser) after installing what they need: a virtualenv with nvdash
 # (whose install builds the JupyterLab extension with Node.js) and its test tools, Debian's chromium for the
 # browser tests, Debian's prometheus (with promtool) for the metrics tests, faketime for the history's clock-jump
-# test and openssl for the TLS tests. Usage: bash scripts/test.sh [pytest args]
+# test, openssl for the TLS tests and shellcheck for the image test. Usage: bash scripts/test.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,6 +34,13 @@ if ! command -v openssl >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends openssl >/dev/null
+fi
+
+if ! command -v shellcheck >/dev/null 2>&1; then
+  echo "== installing shellcheck (Debian package): the image test checks scripts/build-image.sh with it"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends shellcheck >/dev/null
 fi
 
 # The lab extension's build (rspack, eslint) needs Node.js 20.19 or newer and npm.
