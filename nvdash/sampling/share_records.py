@@ -31,6 +31,12 @@ class ShareOwner:
     """For a process outside any container."""
 
     @property
+    def sort_key(self) -> tuple[str, str, str, str, int]:
+        """An order of owners that never compares an unknown part with a known one (the dataclass order would: a
+        pod's owner whose container the kubelet did not name yet beside the same pod's named container)."""
+        return (self.kind, self.namespace or "", self.pod or "", self.container or "", self.pid or 0)
+
+    @property
     def label(self) -> str:
         """``namespace/pod/container``, ``container 0123456789ab`` or ``pid 1234``."""
         if self.kind == "pod":

@@ -300,7 +300,7 @@ class ShareTracker:
             sharing=split.sharing,
             window_s=split.window_s,
             utilization_pct=split.utilization_pct,
-            owners=tuple(sorted(owners, key=lambda o: o.owner)),
+            owners=tuple(sorted(owners, key=lambda o: o.owner.sort_key)),
             unattributed_sm_pct=split.unattributed_sm_pct,
             unattributed_memory_bytes=None if used is None else max(0, used - int(held or 0)),
             unattributed_power_w=None if unit_power is None else max(0.0, unit_power - attributed_power),

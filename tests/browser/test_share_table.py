@@ -55,9 +55,12 @@ def test_the_processes_page_shows_each_pods_share_and_the_unattributed_rest(
                 # What the page and the server showed, for the CI log and test-artifacts/.
                 ARTIFACTS.mkdir(exist_ok=True)
                 page.screenshot(path=str(ARTIFACTS / "share-table-failure.png"), full_page=True)
-                shares = get_json(server.url + "/api/processes.json")["shares"]
+                document = get_json(server.url + "/api/processes.json")
+                shares = {key: document[key] for key in ("shares", "gpus", "time_s")}
                 rows = page.evaluate(ROWS)
-                raise AssertionError(f"{failure}; rows {rows}; errors {errors}; shares {shares}") from None
+                log = server.output()[-4000:]
+                raise AssertionError(f"{failure}; rows {rows}; errors {errors}; shares {shares}; server log {log}") \
+                    from None
             assert errors == []
         finally:
             page.close()

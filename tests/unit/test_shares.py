@@ -230,3 +230,19 @@ def test_an_owner_that_left_keeps_its_energy_until_pruned() -> None:
 
 def test_no_shares_before_the_first_process_reading() -> None:
     assert ShareTracker().update(0.0, (gpu(50.0, 0),), None) == ()
+
+
+def test_a_pods_container_named_later_keeps_both_owners_in_the_shares() -> None:
+    # At start the kubelet may not have named the container of a pod's process yet (container None); at the next
+    # reading it has ("main"). The owner seen first is kept for its energy until pruned, beside the named one: the
+    # shares must still be computed (ordering them once compared None with "main" and lost every later share).
+    tracker = ShareTracker()
+    unnamed = GpuProcess(0, UUID, 11, ("compute",), 1000 * MiB, sm_pct=40.0, pod_namespace="team", pod_name="a")
+    tracker.update(0.0, (gpu(80.0, 1_000_000),), usage(0.0, (unnamed,)))
+    tracker.update(1.0, (gpu(80.0, 1_002_000),), usage(0.0, (unnamed,)))
+    named = usage(2.0, (pod_process(11, "a", 40.0),))
+    unit = only(tracker.update(2.0, (gpu(80.0, 1_004_000),), named))
+    labels = [owner.owner.label for owner in unit.owners]
+    assert labels == ["team/a", "team/a/main"]
+    assert unit.owners[1].sm_pct == pytest.approx(40.0)
+    assert sum(o.energy_j for o in unit.owners) + unit.unattributed_energy_j == pytest.approx(4.0)
