@@ -37,9 +37,10 @@ CLASS_COLORS = {GpuClass.OK: STATUS_COLORS["ok"], GpuClass.WARNING: STATUS_COLOR
 SHOWN = (GpuClass.OK, GpuClass.WARNING, GpuClass.CRITICAL, GpuClass.LOST, GpuClass.NOT_REPORTING)
 FIELDS = ("node", "link", "health", "color", "gpus", "ok", "warning", "critical", "lost", "silent", "xids",
           "xid_gpus", "gpus_now", "gpus_day_ago", "dropped", "problems")
-XID_NOTE = ("XIDs: nvdash exports each GPU's last XID code (DCGM_FI_DEV_XID_ERRORS, a gauge, as dcgm-exporter does; "
-            "no XID counter), so “XIDs 24 h” counts the times a GPU's code changed in the last 24 h "
-            "(changes()), and “GPUs w/ XID” the GPUs whose code was non-zero at some point in it.")
+XID_NOTE = ("XIDs: nodes export each GPU's last XID code (DCGM_FI_DEV_XID_ERRORS, a gauge labelled with the code, "
+            "as dcgm-exporter does; there is no XID counter), so “XIDs 24h” counts the distinct GPU and XID code "
+            "pairs seen in the last 24 h and “GPUs w/ XID” the GPUs with any; the same code again on a GPU is not "
+            "seen.")
 
 
 def node_link(node: str) -> str:
@@ -61,7 +62,7 @@ def table_data(view: FleetView) -> DataDict:
         data["critical"].append(row.counts[GpuClass.CRITICAL])
         data["lost"].append(row.counts[GpuClass.LOST])
         data["silent"].append(row.counts[GpuClass.NOT_REPORTING])
-        data["xids"].append(row.xid_changes)
+        data["xids"].append(row.xids)
         data["xid_gpus"].append(max(row.xid_gpus, row.xid_now))
         data["gpus_now"].append("" if row.gpus_now is None else str(row.gpus_now))
         data["gpus_day_ago"].append("" if row.gpus_day_ago is None else str(row.gpus_day_ago))

@@ -6,9 +6,11 @@ The day's answers come from four PromQL aggregations (one series per node each, 
 asked by :class:`~nvdash.cluster.fleet_poller.FleetPoller` at a longer interval than the poller's 5 s.
 
 XIDs: nvdash exports no XID counter, only ``DCGM_FI_DEV_XID_ERRORS`` (4.9: ``DCGM_FI_DEV_XID_ERROR``), the GPU's
-last XID code, a gauge, as dcgm-exporter does. ``changes()`` over a day counts each new code that replaced another
-(an XID repeating the code it replaces is not seen: the gauge does not move), and ``max_over_time() > 0`` counts the
-GPUs that showed any XID that day (one already standing when the day began included).
+last XID code, a gauge with the code also in its ``err_code`` label, as dcgm-exporter does. So each new code starts
+a new series and ``changes()`` sees nothing (every series is constant); what a day's samples do say exactly is
+which codes each GPU showed: a node's XIDs are its distinct (GPU, code) pairs with a non-zero code in the last day
+(``max_over_time() > 0``, one standing when the day began included). The same code again on the same GPU is not
+seen (the gauge does not move), nor two codes on a GPU whose exporter leaves out ``err_code``.
 """
 
 from __future__ import annotations
@@ -61,8 +63,8 @@ def gpu_class(gpu: ClusterGpu) -> GpuClass:
 class FleetQueries:
     """The day's queries, each an aggregation by host (one series per node), every series within the scope."""
 
-    xid_changes: str
-    """How many times each node's GPUs' last XID code changed over the day."""
+    xids: str
+    """How many distinct (GPU, XID code) pairs each node showed over the day."""
     xid_gpus: str
     """How many of each node's GPUs showed a non-zero XID code over the day."""
     gpus_now: str
@@ -71,7 +73,7 @@ class FleetQueries:
     """The same a day ago."""
 
     def all(self) -> tuple[str, ...]:
-        return (self.xid_changes, self.xid_gpus, self.gpus_now, self.gpus_day_ago)
+        return (self.xids, self.xid_gpus, self.gpus_now, self.gpus_day_ago)
 
 
 def fleet_queries(scope: SeriesScope) -> FleetQueries:
@@ -81,11 +83,12 @@ def fleet_queries(scope: SeriesScope) -> FleetQueries:
     def either(template: str, family: str) -> str:
         return " or ".join(template.format(scope.series(name)) for name in names(family))
 
+    xid_series = f"({either(f'max_over_time({{}}[{DAY}])', XID)}) > 0"
     uuids_now = f"count by ({by}, UUID) ({either('{}', TEMP)})"
     uuids_then = f"count by ({by}, UUID) ({either(f'last_over_time({{}}[{DAY_AGO_WINDOW}] offset 1d)', TEMP)})"
     return FleetQueries(
-        xid_changes=f"sum by ({by}) ({either(f'changes({{}}[{DAY}])', XID)})",
-        xid_gpus=f"count by ({by}) (({either(f'max_over_time({{}}[{DAY}])', XID)}) > 0)",
+        xids=f"count by ({by}) ({xid_series})",
+        xid_gpus=f"count by ({by}) (count by ({by}, UUID) ({xid_series}))",
         gpus_now=f"count by ({by}) ({uuids_now})",
         gpus_day_ago=f"count by ({by}) ({uuids_then})",
     )
@@ -112,7 +115,7 @@ def per_host(samples: Iterable[tuple[Mapping[str, str], float]], scope: SeriesSc
 class FleetDay:
     """The day's answers, per node, or why Prometheus could not give them (the rest is the last good answer)."""
 
-    xid_changes: Mapping[str, int] = field(default_factory=dict)
+    xids: Mapping[str, int] = field(default_factory=dict)
     xid_gpus: Mapping[str, int] = field(default_factory=dict)
     gpus_now: Mapping[str, int] = field(default_factory=dict)
     gpus_day_ago: Mapping[str, int] = field(default_factory=dict)
@@ -129,7 +132,7 @@ class NodeRow:
     node: str
     worst: GpuClass
     counts: Mapping[GpuClass, int]
-    xid_changes: int = 0
+    xids: int = 0
     xid_gpus: int = 0
     xid_now: int = 0
     """GPUs whose last XID code is non-zero now."""
@@ -150,7 +153,7 @@ class NodeRow:
 
     def sort_key(self) -> tuple[int, int, int, int, str]:
         """Worst first: the worst GPU's class, dropped GPUs, the day's XIDs, then by name."""
-        return (-self.worst.rank, -self.dropped, -max(self.xid_changes, self.xid_gpus, self.xid_now),
+        return (-self.worst.rank, -self.dropped, -max(self.xids, self.xid_gpus, self.xid_now),
                 -self.counts.get(self.worst, 0), self.node)
 
 
@@ -168,7 +171,7 @@ class FleetView:
 
     @property
     def xid_nodes(self) -> int:
-        return sum(1 for row in self.rows if row.xid_changes or row.xid_gpus or row.xid_now)
+        return sum(1 for row in self.rows if row.xids or row.xid_gpus or row.xid_now)
 
 
 def _problems(gpus: Iterable[ClusterGpu]) -> str:
@@ -200,7 +203,7 @@ def fleet_view(state: ClusterState, day: FleetDay) -> FleetView:
         problems = _problems(gpus) if gpus else "no reading for over an hour (nvdash down or the node gone?)"
         rows.append(NodeRow(
             node=node, worst=worst, counts=counts,
-            xid_changes=day.xid_changes.get(node, 0), xid_gpus=day.xid_gpus.get(node, 0),
+            xids=day.xids.get(node, 0), xid_gpus=day.xid_gpus.get(node, 0),
             xid_now=sum(1 for gpu in gpus if (gpu.value(XID) or 0) != 0 and gpu.reporting),
             gpus_now=day.gpus_now.get(node, 0) if day.ok_time_s is not None else None,
             gpus_day_ago=day.gpus_day_ago.get(node), problems=problems))

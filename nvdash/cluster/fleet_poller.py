@@ -88,9 +88,9 @@ class FleetPoller:
         previous = self.day()
         try:
             answers = [self.client.instant(query, deadline_mono=deadline) for query in self.queries.all()]
-            xid_changes, xid_gpus, now, then = (per_host(((s.labels, s.value) for s in answer.samples), self.scope)
+            xids, xid_gpus, now, then = (per_host(((s.labels, s.value) for s in answer.samples), self.scope)
                                                 for answer in answers)
-            day = FleetDay(xid_changes, xid_gpus, now, then, ok_time_s=self.clock(),
+            day = FleetDay(xids, xid_gpus, now, then, ok_time_s=self.clock(),
                            generation=previous.generation + 1, queries_ms=(time.perf_counter() - began) * 1000.0)
         except PrometheusError as error:
             if previous.error != str(error):

@@ -45,7 +45,7 @@ def state() -> ClusterState:
 
 
 def test_every_gpu_and_node_is_counted_once_by_its_worst_class() -> None:
-    day = FleetDay(xid_changes={"xid-1": 1}, xid_gpus={"xid-1": 1},
+    day = FleetDay(xids={"xid-1": 1}, xid_gpus={"xid-1": 1},
                    gpus_now={"ok-1": 8, "warn-1": 4, "xid-1": 2, "lost-1": 2},
                    gpus_day_ago={"ok-1": 8, "warn-1": 4, "xid-1": 2, "lost-1": 4, "silent-1": 2, "gone-1": 8},
                    ok_time_s=NOW, generation=1)
@@ -59,7 +59,7 @@ def test_every_gpu_and_node_is_counted_once_by_its_worst_class() -> None:
     lost, xid, gone, silent, warn, ok = view.rows
     assert (lost.worst, lost.counts[GpuClass.OK], lost.counts[GpuClass.LOST], lost.counts[GpuClass.NOT_REPORTING],
             lost.gpus, lost.dropped) == (GpuClass.LOST, 2, 1, 1, 4, 2)
-    assert (xid.worst, xid.xid_changes, xid.xid_gpus, xid.xid_now, xid.dropped) == (GpuClass.CRITICAL, 1, 1, 1, 0)
+    assert (xid.worst, xid.xids, xid.xid_gpus, xid.xid_now, xid.dropped) == (GpuClass.CRITICAL, 1, 1, 1, 0)
     assert "GPU 0: last XID 48" in xid.problems
     assert (gone.worst, gone.gpus, gone.gpus_now, gone.gpus_day_ago, gone.dropped) == (
         GpuClass.NOT_REPORTING, 0, 0, 8, 8)
@@ -72,7 +72,7 @@ def test_every_gpu_and_node_is_counted_once_by_its_worst_class() -> None:
 
 def test_the_worst_offenders_come_first_within_a_class() -> None:
     ok = dict.fromkeys(GpuClass, 0) | {GpuClass.OK: 8}
-    rows = [NodeRow("a", GpuClass.OK, ok), NodeRow("b", GpuClass.OK, ok, xid_changes=3),
+    rows = [NodeRow("a", GpuClass.OK, ok), NodeRow("b", GpuClass.OK, ok, xids=3),
             NodeRow("c", GpuClass.OK, ok, gpus_now=8, gpus_day_ago=9), NodeRow("d", GpuClass.WARNING, ok)]
     assert [row.node for row in sorted(rows, key=NodeRow.sort_key)] == ["d", "c", "b", "a"]
 
@@ -85,8 +85,8 @@ def test_before_the_days_answer_nothing_counts_as_dropped() -> None:
 
 def test_the_days_queries_aggregate_by_host_within_the_scope() -> None:
     queries = fleet_queries(SeriesScope(matchers=('job="nvdash"',)))
-    assert queries.xid_changes == ('sum by (Hostname, hostname) (changes(DCGM_FI_DEV_XID_ERRORS{job="nvdash"}[24h]) '
-                                   'or changes(DCGM_FI_DEV_XID_ERROR{job="nvdash"}[24h]))')
+    assert queries.xids == ('count by (Hostname, hostname) ((max_over_time(DCGM_FI_DEV_XID_ERRORS{job="nvdash"}[24h]) '
+                            'or max_over_time(DCGM_FI_DEV_XID_ERROR{job="nvdash"}[24h])) > 0)')
     assert queries.gpus_day_ago == (
         'count by (Hostname, hostname) (count by (Hostname, hostname, UUID) ('
         'last_over_time(DCGM_FI_DEV_GPU_TEMP{job="nvdash"}[15m] offset 1d) '
