@@ -17,7 +17,6 @@ import urllib.parse
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -72,7 +71,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         done = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source),
                                str(root / "data")], capture_output=True, text=True, timeout=300, check=False)
         assert done.returncode == 0, done.stderr[-2000:]
-        url = stack.enter_context(run_prometheus(root, [f"127.0.0.1:{node.port}" for node in nodes.values()], rules=False))
+        targets = [f"127.0.0.1:{node.port}" for node in nodes.values()]
+        url = stack.enter_context(run_prometheus(root, targets, rules=False))
         # The day's round is asked when the page opens, then every minute: start it once both faults are scraped.
         wait_for(lambda: query(url, 'max by (Hostname) (DCGM_FI_DEV_XID_ERRORS == 48 or nvdash_gpu_lost == 1)'),
                  lambda rows: {row["metric"]["Hostname"] for row in rows} == {"node-b", "node-c"}, timeout_s=90)
