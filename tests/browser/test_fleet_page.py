@@ -42,7 +42,7 @@ def test_the_fleet_page_lists_the_worst_first_and_links_to_the_node(fleet: Fleet
         page.get_by_role("link", name="node-c").click()
         wait_for(lambda: page.url, lambda url: url.endswith(f"{PREFIX}/Cluster-Nodes?node=node-c"), timeout_s=30.0)
         page.get_by_text("4 nodes, 8 GPUs").wait_for(timeout=60_000)
-        wait_for(lambda: page.locator("select").first.input_value(), lambda value: value == "node-c", timeout_s=60.0)
+        wait_for(page.locator("select").first.input_value, lambda value: value == "node-c", timeout_s=60.0)
     finally:
         page.close()
     assert errors == []

@@ -133,3 +133,23 @@ def test_the_page_shows_the_pollers_answers(closed_port: int) -> None:
         assert source.data["node"] == ["lost-1", "xid-1", "silent-1", "warn-1", "ok-1"]
     finally:
         cluster.close()
+
+
+def test_the_days_round_keeps_its_last_answer_and_says_why_it_failed() -> None:
+    from nvdash.cluster.fleet_poller import FleetPoller
+    from nvdash.cluster.promapi import PrometheusClient
+    from tests.unit.rogue_prometheus import Behaviour, rogue_prometheus, vector
+
+    with rogue_prometheus() as (url, rogue):
+        rogue.behaviour = Behaviour(raw=vector({"metric": {"Hostname": "node-a"}, "value": [NOW, "3"]}))
+        poller = FleetPoller(PrometheusClient(url, timeout_s=2.0), clock=lambda: NOW)
+        good = poller.refresh()
+        assert rogue.requests == 4  # one query each, one series per node
+        assert (good.xids, good.gpus_day_ago, good.error, good.ok_time_s) == ({"node-a": 3}, {"node-a": 3}, None, NOW)
+        rogue.behaviour = Behaviour(raw=vector(1, 2))
+        failed = poller.refresh()
+    assert failed.error == f"Prometheus at {url} answered a malformed result: result[0] is 1, not a series object"
+    assert (failed.xids, failed.ok_time_s, failed.generation) == ({"node-a": 3}, NOW, 2)
+    line = cluster_fleet.day_html(poller, failed)
+    assert "not available:</b> Prometheus at" in line
+    assert "last answer" in line
