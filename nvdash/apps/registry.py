@@ -9,6 +9,7 @@ from enum import Enum
 from bokeh.document import Document
 
 from nvdash.apps import (
+    cluster_fleet,
     cluster_nodes,
     cluster_pods,
     gpu_accounting,
@@ -70,6 +71,7 @@ APPS: tuple[AppSpec, ...] = (
     AppSpec("/GPU-Topology", gpu_topology.TITLE, gpu_topology.build, Requirement.TOPOLOGY),
     AppSpec("/Machine-Resources", machine_resources.TITLE, machine_resources.build, Requirement.NONE),
     AppSpec("/Cluster-Nodes", cluster_nodes.TITLE, cluster_nodes.build, Requirement.PROMETHEUS),
+    AppSpec("/Cluster-Fleet", cluster_fleet.TITLE, cluster_fleet.build, Requirement.PROMETHEUS),
     AppSpec("/Cluster-Pods", cluster_pods.TITLE, cluster_pods.build, Requirement.POD_HISTORY),
     AppSpec("/GPU-Memory-by-Notebook", notebook_memory.TITLE, notebook_memory.build, Requirement.NOTEBOOKS),
 )

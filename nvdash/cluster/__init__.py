@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from nvdash.cluster.access import Credentials, PrometheusAccess, tls_context
+from nvdash.cluster.fleet_poller import FleetPoller
 from nvdash.cluster.history import PrometheusHistory
 from nvdash.cluster.poller import DEFAULT_REFRESH_S, ClusterPoller
 from nvdash.cluster.promapi import DEFAULT_TIMEOUT_S, PrometheusClient
@@ -29,18 +30,28 @@ class ClusterRuntime:
     """The host label and matchers of every series the cluster pages select."""
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=QUERY_THREADS, thread_name_prefix="nvdash-prom"))
+    fleet: FleetPoller | None = None
+    """The fleet page's day (XIDs, GPU counts a day ago) on its own slower round; made from the client if not given."""
+
+    def __post_init__(self) -> None:
+        if self.fleet is None:
+            self.fleet = FleetPoller(self.client, scope=self.scope, supervisor=self.poller.supervisor)
 
     def history(self, hostname: str = "") -> PrometheusHistory:
         """A node's past readings (one per page: the page changes its node)."""
         return PrometheusHistory(self.client, hostname, self.scope)
 
     def start(self) -> None:
-        """Start the poller's thread (it asks Prometheus only while a cluster page is open)."""
+        """Start the pollers' threads (they ask Prometheus only while a cluster page is open)."""
         self.poller.start()
+        if self.fleet is not None:
+            self.fleet.start()
 
     def close(self) -> None:
         """Stop the poller and the query threads."""
         self.poller.stop()
+        if self.fleet is not None:
+            self.fleet.stop()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 

@@ -1,0 +1,210 @@
+"""The whole fleet on one screen: every node's GPUs tallied by health (the cluster poller's per-GPU judgement, so the
+fleet says what the nodes page says), each node's XIDs over the last day, and the nodes whose GPU count dropped
+since a day ago, worst first.
+
+The day's answers come from four PromQL aggregations (one series per node each, whatever the number of GPUs),
+asked by :class:`~nvdash.cluster.fleet_poller.FleetPoller` at a longer interval than the poller's 5 s.
+
+XIDs: nvdash exports no XID counter, only ``DCGM_FI_DEV_XID_ERRORS`` (4.9: ``DCGM_FI_DEV_XID_ERROR``), the GPU's
+last XID code, a gauge with the code also in its ``err_code`` label, as dcgm-exporter does. So each new code starts
+a new series and ``changes()`` sees nothing (every series is constant); what a day's samples do say exactly is
+which codes each GPU showed: a node's XIDs are its distinct (GPU, code) pairs with a non-zero code in the last day
+(``max_over_time() > 0``, one standing when the day began included). The same code again on the same GPU is not
+seen (the gauge does not move), nor two codes on a GPU whose exporter leaves out ``err_code``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from nvdash.cluster.model import ClusterGpu, ClusterState, host_of, names
+from nvdash.cluster.selectors import HOST_LABELS, SeriesScope
+from nvdash.health.status import Status
+
+DAY = "24h"
+DAY_AGO_WINDOW = "15m"
+"""A day ago's GPUs are those with a temperature reading in the 15 minutes before that moment (a missed scrape or
+two is no drop)."""
+XID = "DCGM_FI_DEV_XID_ERRORS"
+TEMP = "DCGM_FI_DEV_GPU_TEMP"
+
+
+class GpuClass(Enum):
+    """A GPU's place in the fleet's tally, one per GPU, from least to most urgent."""
+
+    OK = "ok"
+    WARNING = "warning"
+    NOT_REPORTING = "not reporting"
+    CRITICAL = "critical"
+    LOST = "lost"
+
+    @property
+    def rank(self) -> int:
+        """0 for OK up to 4 for lost: a node is ranked by its worst GPU."""
+        return list(GpuClass).index(self)
+
+
+def gpu_class(gpu: ClusterGpu) -> GpuClass:
+    """A GPU's class: silent now but seen within the last hour (the nodes page's "no data"), fallen off the bus
+    (``nvdash_gpu_lost``), else its health status."""
+    if not gpu.reporting:
+        return GpuClass.NOT_REPORTING
+    if gpu.value("nvdash_gpu_lost") == 1.0:
+        return GpuClass.LOST
+    if gpu.health.status is Status.CRITICAL:
+        return GpuClass.CRITICAL
+    return GpuClass.WARNING if gpu.health.status is Status.WARNING else GpuClass.OK
+
+
+@dataclass(frozen=True)
+class FleetQueries:
+    """The day's queries, each an aggregation by host (one series per node), every series within the scope."""
+
+    xids: str
+    """How many distinct (GPU, XID code) pairs each node showed over the day."""
+    xid_gpus: str
+    """How many of each node's GPUs showed a non-zero XID code over the day."""
+    gpus_now: str
+    """Each node's distinct GPUs (UUIDs) reporting a temperature now."""
+    gpus_day_ago: str
+    """The same a day ago."""
+
+    def all(self) -> tuple[str, ...]:
+        return (self.xids, self.xid_gpus, self.gpus_now, self.gpus_day_ago)
+
+
+def fleet_queries(scope: SeriesScope) -> FleetQueries:
+    """The day's queries, each series selected within ``scope``, under both namings."""
+    by = ", ".join(scope.host_labels)
+
+    def either(template: str, family: str) -> str:
+        return " or ".join(template.format(scope.series(name)) for name in names(family))
+
+    xid_series = f"({either(f'max_over_time({{}}[{DAY}])', XID)}) > 0"
+    uuids_now = f"count by ({by}, UUID) ({either('{}', TEMP)})"
+    uuids_then = f"count by ({by}, UUID) ({either(f'last_over_time({{}}[{DAY_AGO_WINDOW}] offset 1d)', TEMP)})"
+    return FleetQueries(
+        xids=f"count by ({by}) ({xid_series})",
+        xid_gpus=f"count by ({by}) (count by ({by}, UUID) ({xid_series}))",
+        gpus_now=f"count by ({by}) ({uuids_now})",
+        gpus_day_ago=f"count by ({by}) ({uuids_then})",
+    )
+
+
+def host_in(labels: Mapping[str, str], scope: SeriesScope) -> str | None:
+    """The node a series names, by the scope's host label (either of dcgm-exporter's by default)."""
+    if scope.host_label in HOST_LABELS:
+        return host_of(labels)
+    return labels.get(scope.host_label)
+
+
+def per_host(samples: Iterable[tuple[Mapping[str, str], float]], scope: SeriesScope) -> dict[str, int]:
+    """An aggregation's answer as node -> whole number (two host labels naming one node are added up)."""
+    result: dict[str, int] = {}
+    for labels, value in samples:
+        host = host_in(labels, scope)
+        if host is not None and math.isfinite(value):
+            result[host] = result.get(host, 0) + int(value)
+    return result
+
+
+@dataclass(frozen=True)
+class FleetDay:
+    """The day's answers, per node, or why Prometheus could not give them (the rest is the last good answer)."""
+
+    xids: Mapping[str, int] = field(default_factory=dict)
+    xid_gpus: Mapping[str, int] = field(default_factory=dict)
+    gpus_now: Mapping[str, int] = field(default_factory=dict)
+    gpus_day_ago: Mapping[str, int] = field(default_factory=dict)
+    ok_time_s: float | None = None
+    error: str | None = None
+    generation: int = 0
+    queries_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One node of the fleet: its GPUs by class, its day's XIDs and its GPU count now and a day ago."""
+
+    node: str
+    worst: GpuClass
+    counts: Mapping[GpuClass, int]
+    xids: int = 0
+    xid_gpus: int = 0
+    xid_now: int = 0
+    """GPUs whose last XID code is non-zero now."""
+    gpus_now: int | None = None
+    gpus_day_ago: int | None = None
+    problems: str = ""
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def dropped(self) -> int:
+        """GPUs fewer than a day ago (0 when unknown or not fewer)."""
+        if self.gpus_day_ago is None:
+            return 0
+        return max(0, self.gpus_day_ago - (self.gpus_now or 0))
+
+    def sort_key(self) -> tuple[int, int, int, int, str]:
+        """Worst first: the worst GPU's class, dropped GPUs, the day's XIDs, then by name."""
+        return (-self.worst.rank, -self.dropped, -max(self.xids, self.xid_gpus, self.xid_now),
+                -self.counts.get(self.worst, 0), self.node)
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """What the fleet page shows: the tallies of nodes and GPUs by class, and one row per node, worst first."""
+
+    nodes: Mapping[GpuClass, int]
+    gpus: Mapping[GpuClass, int]
+    rows: tuple[NodeRow, ...]
+
+    @property
+    def dropped_nodes(self) -> int:
+        return sum(1 for row in self.rows if row.dropped)
+
+    @property
+    def xid_nodes(self) -> int:
+        return sum(1 for row in self.rows if row.xids or row.xid_gpus or row.xid_now)
+
+
+def _problems(gpus: Iterable[ClusterGpu]) -> str:
+    found = [f"GPU {gpu.index}: {gpu.health.findings[0].text}" for gpu in gpus
+             if gpu.health.status is not Status.OK and gpu.health.findings]
+    return "; ".join(found)
+
+
+def fleet_view(state: ClusterState, day: FleetDay) -> FleetView:
+    """The fleet from the poller's newest state and the day's answers. A node only the day-ago answer knows (silent
+    for over an hour) is listed as not reporting, with no GPU in the tallies (they count what the nodes page
+    shows)."""
+    by_node: dict[str, list[ClusterGpu]] = {}
+    for gpu in state.gpus:
+        by_node.setdefault(gpu.hostname, []).append(gpu)
+    gpu_tally = dict.fromkeys(GpuClass, 0)
+    node_tally = dict.fromkeys(GpuClass, 0)
+    rows = []
+    for node in sorted(set(by_node) | set(day.gpus_day_ago)):
+        gpus = by_node.get(node, [])
+        counts = dict.fromkeys(GpuClass, 0)
+        for gpu in gpus:
+            counts[gpu_class(gpu)] += 1
+        for kind, number in counts.items():
+            gpu_tally[kind] += number
+        worst = max((kind for kind, number in counts.items() if number), key=lambda kind: kind.rank,
+                    default=GpuClass.NOT_REPORTING)
+        node_tally[worst] += 1
+        problems = _problems(gpus) if gpus else "no reading for over an hour (nvdash down or the node gone?)"
+        rows.append(NodeRow(
+            node=node, worst=worst, counts=counts,
+            xids=day.xids.get(node, 0), xid_gpus=day.xid_gpus.get(node, 0),
+            xid_now=sum(1 for gpu in gpus if (gpu.value(XID) or 0) != 0 and gpu.reporting),
+            gpus_now=day.gpus_now.get(node, 0) if day.ok_time_s is not None else None,
+            gpus_day_ago=day.gpus_day_ago.get(node), problems=problems))
+    return FleetView(node_tally, gpu_tally, tuple(sorted(rows, key=NodeRow.sort_key)))

@@ -1,0 +1,102 @@
+"""One thread that asks Prometheus for the fleet's day (XIDs, GPU counts a day ago), however many fleet pages are open.
+
+The day's queries read a day of every GPU's XID series, far more than the 5 s poller's instant queries, so they run
+on their own, slower round (every 60 s by default) and only while a fleet page has looked in the last minute. A
+failure keeps the last good answer and says why, as the cluster poller does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from nvdash.cluster.fleet import FleetDay, fleet_queries, per_host
+from nvdash.cluster.promapi import PrometheusClient, PrometheusError
+from nvdash.cluster.selectors import SeriesScope
+from nvdash.supervision import Supervisor
+
+log = logging.getLogger(__name__)
+DEFAULT_FLEET_REFRESH_S = 60.0
+IDLE_AFTER_S = 60.0
+THREAD = "nvdash-fleet"
+
+
+class FleetPoller:
+    """Refreshes the fleet's day from Prometheus on its own thread while a fleet page wants it."""
+
+    def __init__(self, client: PrometheusClient, *, scope: SeriesScope | None = None,
+                 refresh_s: float = DEFAULT_FLEET_REFRESH_S, supervisor: Supervisor | None = None,
+                 clock: Callable[[], float] = time.time, idle_after_s: float = IDLE_AFTER_S) -> None:
+        self.client = client
+        self.scope = scope if scope is not None else SeriesScope()
+        self.queries = fleet_queries(self.scope)
+        self.refresh_s = refresh_s
+        self.supervisor = supervisor if supervisor is not None else Supervisor()
+        self.clock = clock
+        self.idle_after_s = idle_after_s
+        self._day = FleetDay()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._wanted_at = -float("inf")
+        self._thread: threading.Thread | None = None
+
+    def day(self) -> FleetDay:
+        """The newest answer (empty before the first)."""
+        with self._lock:
+            return self._day
+
+    def want(self) -> None:
+        """A fleet page is open: keep refreshing (at once if the thread was sleeping)."""
+        sleeping = time.monotonic() - self._wanted_at > self.idle_after_s
+        self._wanted_at = time.monotonic()
+        if sleeping:
+            self._wake.set()
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = self.supervisor.spawn(THREAD, self._run, self._stop,
+                                                 expect_every_s=self.refresh_s + self.client.timeout_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.client.timeout_s + 1.0)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if time.monotonic() - self._wanted_at > self.idle_after_s:
+                self._wake.wait(min(self.refresh_s, 5.0))
+                self._wake.clear()
+                self.supervisor.beat(THREAD)
+                continue
+            self.refresh()
+            self.supervisor.beat(THREAD)
+            if self._wake.wait(self.refresh_s):
+                self._wake.clear()
+
+    def refresh(self) -> FleetDay:
+        """Ask the day's queries once, within the client's timeout for all of them, and keep the answer (or the last
+        one with the reason)."""
+        began = time.perf_counter()
+        deadline = time.monotonic() + self.client.timeout_s
+        previous = self.day()
+        try:
+            answers = [self.client.instant(query, deadline_mono=deadline) for query in self.queries.all()]
+            xids, xid_gpus, now, then = (per_host(((s.labels, s.value) for s in answer.samples), self.scope)
+                                                for answer in answers)
+            day = FleetDay(xids, xid_gpus, now, then, ok_time_s=self.clock(),
+                           generation=previous.generation + 1, queries_ms=(time.perf_counter() - began) * 1000.0)
+        except PrometheusError as error:
+            if previous.error != str(error):
+                log.warning("fleet view: %s", error)
+            day = dataclasses.replace(previous, error=str(error), generation=previous.generation + 1,
+                                      queries_ms=(time.perf_counter() - began) * 1000.0)
+        with self._lock:
+            self._day = day
+        return day
