@@ -91,7 +91,7 @@ class Settings:
     metrics_job_label: bool = False
     metrics_accounting_owners: int | None = None
     """With ``--metrics-accounting``: the accountant's counters per owner on ``/metrics``, at most this many owners
-    with a series of their own (the rest summed into ``job="_other"``); ``None``: not exported."""
+    with a series of their own (the rest summed into ``hpc_job="_other"``); ``None``: not exported."""
     """Whether ``/metrics`` labels each GPU's series with the Slurm job (or pod) that owns it."""
     viewer_stall_timeout_s: float = 60.0
     """A viewer's websocket is closed once it has taken none of what waits for it for this long; 0: never."""

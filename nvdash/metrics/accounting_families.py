@@ -2,11 +2,11 @@
 since nvdash started, so that Prometheus can add the owners up across nodes.
 
 One series per owner at the job level (a Slurm job, a pod ``namespace/pod``, a container, or a user's plain
-processes), labelled ``Hostname``, ``kind``, ``job``, ``user`` and ``project``; the values are the accountant's
-running totals (:meth:`~nvdash.accounting.accountant.Accountant.running_totals`), not re-derived.
+processes), labelled ``Hostname``, ``kind``, ``hpc_job`` (:data:`JOB_LABEL`), ``user`` and ``project``; the values
+are the accountant's running totals (:meth:`~nvdash.accounting.accountant.Accountant.running_totals`), not re-derived.
 
 Bounded by :class:`OwnerBound`: at most ``limit`` owners have a series of their own, the rest are summed into one
-series whose ``kind``, ``job``, ``user`` and ``project`` are :data:`OTHER`. Every series is a true counter (it never
+series whose ``kind``, ``hpc_job``, ``user`` and ``project`` are :data:`OTHER`. Every series is a true counter (it never
 goes down), so ``increase()`` summed over a node's series counts each GPU-second once:
 
 - an owner taking a slot (it has more GPU time than the exported owner with the least) starts its series at what
@@ -36,7 +36,11 @@ OTHER = "_other"
 """The ``kind``, ``job``, ``user`` and ``project`` of the series summing the owners beyond the bound."""
 DEFAULT_OWNERS = 200
 """``--metrics-accounting-owners``: owners with a series of their own."""
-OWNER_LABELS = ("kind", "job", "user", "project")
+JOB_LABEL = "hpc_job"
+"""The owner's label at the job level. Not ``job``: Prometheus gives every scraped series its scrape job's name as
+``job`` and renames a scraped ``job`` to ``exported_job``. The name is dcgm-exporter's HPC job label, as on the GPU
+series of ``--metrics-job-label``."""
+OWNER_LABELS = ("kind", JOB_LABEL, "user", "project")
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,7 @@ def accounting_families(totals: Mapping[Owner, Tally], bound: OwnerBound, node: 
     owners, other = bound.split({owner: values_of(tally) for owner, tally in totals.items()})
     families = [Metric(family.name.removesuffix("_total") if openmetrics else family.name, family.help, "counter")
                 for family in ACCOUNTING_COUNTERS]
-    series = [({**node, "kind": owner.kind, "job": owner.job, "user": owner.user, "project": owner.project}, values)
+    series = [({**node, "kind": owner.kind, JOB_LABEL: owner.job, "user": owner.user, "project": owner.project}, values)
               for owner, values in sorted(owners.items(), key=lambda item: _rank(item[0], item[1]))]
     if totals:
         series.append(({**node, **dict.fromkeys(OWNER_LABELS, OTHER)}, other))

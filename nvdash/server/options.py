@@ -217,7 +217,7 @@ def _metrics_group(parser: argparse.ArgumentParser) -> None:
                        "nvdash started) on /metrics, for Prometheus to add up across nodes")
     group.add_argument("--metrics-accounting-owners", default=None, metavar="N",
                        help=f"with --metrics-accounting, at most N jobs with series of their own; the ones with "
-                       f'the least GPU time are summed into job="_other" (default {DEFAULT_OWNERS})')
+                       f'the least GPU time are summed into hpc_job="_other" (default {DEFAULT_OWNERS})')
 
 
 def _cluster_group(parser: argparse.ArgumentParser) -> None:
@@ -444,7 +444,8 @@ def _connection_timeout(environ: Mapping[str, str] | None) -> float:
     return _env_seconds(environ, ENV_CONNECTION_TIMEOUT, Settings().connection_timeout_s)
 
 
-def _prometheus_url(value: str | None) -> str | None:
+def prometheus_url(value: str | None) -> str | None:
+    """``--prometheus``'s URL without a trailing slash; raises :class:`UsageError` for one that is not http(s)."""
     if value is None:
         return None
     url = value.strip().rstrip("/")
@@ -527,7 +528,7 @@ def _settings(args: argparse.Namespace, environ: Mapping[str, str], merged: Merg
         metrics_pods=args.metrics_pods,
         metrics_processes=args.metrics_processes,
         metrics_compat=args.metrics_compat,
-        prometheus_url=_prometheus_url(args.prometheus),
+        prometheus_url=prometheus_url(args.prometheus),
         prometheus_access=_prometheus_access(args, environ),
         host=args.host,
         port=_port(args.port),

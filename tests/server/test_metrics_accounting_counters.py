@@ -39,7 +39,8 @@ def counters(text: str) -> Counters:
             if sample.name in found:
                 labels = sample.labels
                 assert labels["Hostname"] == "node-x"
-                found[sample.name][(labels["kind"], labels["job"], labels["user"], labels["project"])] = sample.value
+                owner = (labels["kind"], labels["hpc_job"], labels["user"], labels["project"])
+                found[sample.name][owner] = sample.value
     return found
 
 
@@ -102,8 +103,8 @@ def test_promtool_finds_nothing_wrong_with_the_accounting_families(tmp_path: Pat
     args = ["--simulate", "a100-pcie-2", "--interval", "0.5", "--no-history", "--hostname", "node-x",
             "--job-mapping-dir", str(mapping), "--metrics-accounting"]
     with nvdash_server(args) as server:
-        text = wait_for(lambda: metrics_text(server.url), lambda t: f'{ALLOCATED}{{Hostname="node-x",job="601"' in t,
-                        timeout_s=60.0)
+        text = wait_for(lambda: metrics_text(server.url),
+                        lambda t: f'{ALLOCATED}{{Hostname="node-x",hpc_job="601"' in t, timeout_s=60.0)
     chunk = "".join(f"# HELP {block}" for block in text.split("# HELP ")[1:] if block.startswith("nvdash_accounting_"))
     assert chunk.count("# TYPE") == len(ACCOUNTING_COUNTER_NAMES)
 
