@@ -24,14 +24,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bokeh.client import ClientSession, pull_session
+from bokeh.models import ColumnDataSource
 
-from tests.conftest import NvdashServer, get_json, nvdash_env, nvdash_server, wait_for
+from tests.conftest import NvdashServer, get_json, http_get, nvdash_env, nvdash_server, wait_for
 from tests.prometheus_cluster import query, run_prometheus
+from tests.server.bokeh_viewer import receive_for
 
 NODES = ("node-a", "node-b", "node-c")
 MAPPING = {"node-a": {"0": "7001"}, "node-b": {"0": "7001", "1": "7002"}, "node-c": {"1": "7003"}}
 JOBS = ("7001", "7002", "7003")
 ALLOCATED = "nvdash_accounting_gpu_allocated_seconds_total"
+
+
+TOKEN = "cluster-accounting-secret"
+
+
+def http_status(url: str) -> int:
+    return http_get(url)[0]
+
+
+def page_rows(session: ClientSession) -> dict[str, float]:
+    """The page's table: owner -> GPU-hours."""
+    receive_for(session, 0.2)
+    for model in session.document.select({"type": ColumnDataSource, "name": "cluster-accounting"}):
+        return dict(zip(model.data["key"], model.data["gpu_hours"], strict=True))
+    return {}
 
 
 def node_rows(server: NvdashServer) -> dict[str, dict[str, Any]]:
@@ -124,6 +142,32 @@ def test_the_cluster_report_is_the_sum_of_the_nodes_reports(
     lines = [line for line in table.stdout.splitlines() if line.startswith("7001 ")]
     assert len(lines) == 1
     assert f"{rows['7001']['gpu_hours']:.2f}" in lines[0].split()
+    with nvdash_server(["--simulate", "none", "--no-history", "--prometheus", url, "--token", TOKEN]) as central:
+        window = f"from={start_s:.3f}&to={end_s:.3f}&by=job"
+        # The same guard as /api/accounting.csv: the dashboards' token.
+        assert http_status(f"{central.url}/api/cluster-accounting.csv?{window}") in (401, 403)
+        answer = get_json(f"{central.url}/api/cluster-accounting.json?{window}&token={TOKEN}")
+        assert answer["source"] == "prometheus"
+        assert {row["key"]: row["gpu_seconds"] for row in answer["rows"]} == {
+            key: row["gpu_seconds"] for key, row in rows.items()}
+        status, csv_text, _headers = http_get(f"{central.url}/api/cluster-accounting.csv?{window}&token={TOKEN}")
+        assert status == 200
+        header, *lines = csv_text.splitlines()
+        assert header.startswith("job,kinds,gpus,gpu_hours,busy_hours,wasted_hours")
+        job_line = next(line for line in lines if line.startswith("7001,"))
+        assert job_line.split(",")[3] == str(rows["7001"]["gpu_hours"])
+        assert http_status(f"{central.url}/api/cluster-accounting.json?range=7d&by=gpu&token={TOKEN}") == 400
+        # The page: the same rows, a row per job, and the CSV link for its choices.
+        session = pull_session(url=central.url + "/Cluster-Accounting",
+                               arguments={"from": f"{start_s:.3f}", "to": f"{end_s:.3f}", "by": "job",
+                                          "token": TOKEN})
+        try:
+            table = wait_for(lambda: page_rows(session), lambda found: "7001" in found, timeout_s=60.0)
+            assert table == {key: pytest.approx(row["gpu_hours"], abs=1e-6) for key, row in rows.items()}
+            link = next(model.text for model in session.document.select({"name": "csv"}))
+            assert f"api/cluster-accounting.csv?from={start_s:.3f}" in link
+        finally:
+            session.close()
 
 
 def test_an_unreachable_prometheus_is_one_line_and_status_1() -> None:
