@@ -21,6 +21,7 @@ shown (nothing, as long as no owner lost one).
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -111,25 +112,29 @@ class OwnerBound:
         """The series of this scrape: per exported owner its value, and ``_other``'s."""
         with self._lock:
             exported = self._choose(totals)
-            owners: dict[Owner, Values] = {}
-            other = _ZERO
-            for owner, values in totals.items():
-                outside = self._shown.get(owner, _ZERO)
-                if owner in exported:
-                    base = self._base[owner]
-                    owners[owner] = _minus(values, base)
-                    other = _plus(other, _minus(base, outside))
-                else:
-                    other = _plus(other, _minus(values, outside))
-                self._last[owner] = values
+            owners = {owner: _minus(totals[owner], base) for owner, base in self._base.items() if owner in totals}
+            # _other: the totals of the owners without a slot and the bases of those with one, less what the series
+            # of owners that lost a slot showed (column sums: one pass in C over the many owners).
+            parts = [values for owner, values in totals.items() if owner not in exported]
+            parts += [self._base[owner] for owner in owners]
+            columns = [sum(column) for column in zip(*parts, strict=True)] if parts else list(_ZERO)
+            shown = [sum(column) for column in zip(*self._shown.values(), strict=True)] if self._shown else _ZERO
+            other = tuple(max(0.0, total - gone) for total, gone in zip(columns, shown, strict=True))
+            self._last = dict(totals)
             return owners, other
 
     def _choose(self, totals: Mapping[Owner, Values]) -> set[Owner]:
         """Hand slots to the owners with the most GPU time: free slots first, then one by one, an owner without a
         slot that has more GPU time than the slotted owner with the least takes that owner's slot."""
-        waiting = sorted((owner for owner in totals if owner not in self._base), key=lambda o: _rank(o, totals[o]))
         slotted = sorted((owner for owner in self._base if owner in totals), key=lambda o: _rank(o, totals[o]))
-        for owner in waiting:
+        free = self.limit - len(self._base)
+        least = totals[slotted[-1]][0] if slotted else 0.0
+        # Only the owners that could take a slot are sorted: as many as are free, and those above the least.
+        candidates = [owner for owner in totals if owner not in self._base and totals[owner][0] > least]
+        if free > 0:
+            candidates = list({*candidates, *heapq.nsmallest(
+                free, (owner for owner in totals if owner not in self._base), key=lambda o: _rank(o, totals[o]))})
+        for owner in sorted(candidates, key=lambda o: _rank(o, totals[o])):
             if len(self._base) >= self.limit:
                 if not slotted or totals[owner][0] <= totals[slotted[-1]][0]:
                     break
