@@ -215,7 +215,7 @@ def _metrics_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--metrics-accounting", action="store_true",
                        help="export the accounting's counters per job (GPU-seconds, busy, energy, throttling since "
                        "nvdash started) on /metrics, for Prometheus to add up across nodes")
-    group.add_argument("--metrics-accounting-owners", default=None, metavar="N",
+    group.add_argument("--metrics-accounting-owners", default=None, type=int, metavar="N",
                        help=f"with --metrics-accounting, at most N jobs with series of their own; the ones with "
                        f'the least GPU time are summed into hpc_job="_other" (default {DEFAULT_OWNERS})')
 
@@ -276,19 +276,15 @@ def _jupyter_kernels(value: str | None) -> str | None:
     return str(Path(value).expanduser().absolute())
 
 
-def _accounting_owners(enabled: bool, value: str | None) -> int | None:
+def _accounting_owners(enabled: bool, value: int | None) -> int | None:
     """``--metrics-accounting``'s bound (``None``: off); ``--metrics-accounting-owners`` alone is a usage error."""
     if value is None:
         return DEFAULT_OWNERS if enabled else None
     if not enabled:
         raise UsageError("--metrics-accounting-owners needs --metrics-accounting")
-    try:
-        owners = int(value)
-    except ValueError:
-        owners = -1
-    if owners < 0:
-        raise UsageError(f"--metrics-accounting-owners must be a whole number, 0 or more, not {value!r}")
-    return owners
+    if value < 0:
+        raise UsageError(f"--metrics-accounting-owners must be 0 or more, not {value}")
+    return value
 
 
 def _job_mapping_dir(value: str | None, environ: Mapping[str, str]) -> str | None:

@@ -3,6 +3,8 @@ every series a counter that never goes down, and the node's growth counted once 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from nvdash.accounting.attribution import Owner
@@ -59,12 +61,20 @@ def test_zero_owners_puts_everything_in_other() -> None:
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--metrics-accounting-owners", "5"], "--metrics-accounting-owners needs --metrics-accounting"),
-    (["--metrics-accounting", "--metrics-accounting-owners", "-1"], "a whole number, 0 or more, not '-1'"),
-    (["--metrics-accounting", "--metrics-accounting-owners", "lots"], "a whole number, 0 or more, not 'lots'"),
+    (["--metrics-accounting", "--metrics-accounting-owners", "-1"], "must be 0 or more, not -1"),
+    (["--metrics-accounting", "--metrics-accounting-owners", "lots"], "invalid int value: 'lots'"),
 ])
 def test_a_wrong_bound_is_a_one_line_usage_error(argv: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         parse_settings(argv, {})
+
+
+def test_the_bound_from_the_environment_and_a_config_file(tmp_path: Path) -> None:
+    environ = {"NVDASH_METRICS_ACCOUNTING": "1", "NVDASH_METRICS_ACCOUNTING_OWNERS": "7"}
+    assert parse_settings([], environ).metrics_accounting_owners == 7
+    config = tmp_path / "nvdash.toml"
+    config.write_text("[metrics]\nmetrics-accounting = true\nmetrics-accounting-owners = 5\n")
+    assert parse_settings(["--config", str(config)], {}).metrics_accounting_owners == 5
 
 
 def test_the_option_turns_the_counters_on_with_the_default_bound() -> None:
