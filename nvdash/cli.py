@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from nvdash.server.options import Parser, UsageError, add_history_path, parse_replay, parse_settings
+from nvdash.server.prometheus_options import add_prometheus_options
 
 COMMANDS = ("serve", "export", "import", "replay", "report")
 
@@ -47,15 +48,20 @@ def report_parser() -> argparse.ArgumentParser:
     """``nvdash report``: GPU-hours, energy and waste per job, pod, user or namespace."""
     parser = Parser(prog="nvdash report",
                      description="Print GPU-hours, energy, efficiency and idle (wasted) GPU-hours per job, pod, "
-                     "user or namespace from the history's accounting.")
+                     "user or namespace from the history's accounting, or with --prometheus summed over every node "
+                     "that exports its accounting (nvdash --metrics-accounting).")
     add_history_path(parser)
+    parser.add_argument("--prometheus", default=None, metavar="URL",
+                        help="read the accounting of all nodes from this Prometheus-API endpoint instead of the "
+                        "history")
+    add_prometheus_options(parser)
     parser.add_argument("--range", default=None,
                         help="today, or how far back from now, e.g. 24h, 7d, 30d (default 7d)")
     parser.add_argument("--from", dest="start", default=None, help="start: ISO 8601 or Unix seconds")
     parser.add_argument("--to", dest="end", default=None, help="end: ISO 8601 or Unix seconds (default: now)")
-    parser.add_argument("--by", default="job", choices=("job", "pod", "user", "namespace"),
+    parser.add_argument("--by", default="job", choices=("job", "pod", "user", "project", "namespace"),
                         help="group by job (Slurm job, pod, container or user's processes), pod, user or "
-                        "namespace/project (default job)")
+                        "project (the pod's namespace, else the user's group; also called namespace; default job)")
     parser.add_argument("--format", default="table", choices=("table", "csv", "json"),
                         help="table (default), csv or json")
     return parser

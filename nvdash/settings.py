@@ -89,6 +89,9 @@ class Settings:
     idle_after_s: float = DEFAULT_IDLE_AFTER_S
     """How long an allocation must be idle to be flagged as waste (``--idle-after``)."""
     metrics_job_label: bool = False
+    metrics_accounting_owners: int | None = None
+    """With ``--metrics-accounting``: the accountant's counters per owner on ``/metrics``, at most this many owners
+    with a series of their own (the rest summed into ``hpc_job="_other"``); ``None``: not exported."""
     """Whether ``/metrics`` labels each GPU's series with the Slurm job (or pod) that owns it."""
     viewer_stall_timeout_s: float = 60.0
     """A viewer's websocket is closed once it has taken none of what waits for it for this long; 0: never."""

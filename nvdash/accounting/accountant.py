@@ -132,6 +132,11 @@ class Accountant:
         """The job mapping last read; ``None`` without a directory."""
         return self._mapping
 
+    def running_totals(self) -> dict[Owner, Tally]:
+        """Per owner, a copy of everything counted since the accountant started (all GPUs, all hours)."""
+        with self._lock:
+            return {owner: Tally(**vars(tally)) for owner, tally in self._ledger.running.items()}
+
     def tallies(self, start_s: float | None = None, end_s: float | None = None) -> list[tuple[Owner, int, Tally]]:
         """Per (owner, GPU), the tallies in memory of the hours overlapping ``[start_s, end_s)``, added up."""
         low = -float("inf") if start_s is None else hour_of(start_s)

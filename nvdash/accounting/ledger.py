@@ -147,6 +147,9 @@ class Ledger:
 
     max_gap_s: float = DEFAULT_MAX_GAP_S
     tallies: dict[Key, Tally] = field(default_factory=dict)
+    running: dict[Owner, Tally] = field(default_factory=dict)
+    """Per owner, everything counted since the ledger started (all GPUs, all hours): never drained nor forgotten,
+    the running totals ``/metrics`` exports as counters."""
     _last_time_s: float | None = None
     _last_energy_mj: dict[int, int | None] = field(default_factory=dict)
     _last_violation_ns: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
@@ -182,6 +185,10 @@ class Ledger:
             if tally is None:
                 tally = self.tallies[key] = Tally(start_s=previous, end_s=time_s)
             tally.add(share, time_s, seconds, deltas.get(share.gpu_index), **lost.get(share.gpu_index, {}))
+            running = self.running.get(share.owner)
+            if running is None:
+                running = self.running[share.owner] = Tally(start_s=previous, end_s=time_s)
+            running.add(share, time_s, seconds, deltas.get(share.gpu_index), **lost.get(share.gpu_index, {}))
 
     def drain(self) -> dict[Key, Tally]:
         """The tallies so far, handed over; the ledger starts again from nothing (the next reading still counts

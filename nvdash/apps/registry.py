@@ -9,6 +9,7 @@ from enum import Enum
 from bokeh.document import Document
 
 from nvdash.apps import (
+    cluster_accounting,
     cluster_fleet,
     cluster_nodes,
     cluster_pods,
@@ -73,6 +74,7 @@ APPS: tuple[AppSpec, ...] = (
     AppSpec("/Cluster-Nodes", cluster_nodes.TITLE, cluster_nodes.build, Requirement.PROMETHEUS),
     AppSpec("/Cluster-Fleet", cluster_fleet.TITLE, cluster_fleet.build, Requirement.PROMETHEUS),
     AppSpec("/Cluster-Pods", cluster_pods.TITLE, cluster_pods.build, Requirement.POD_HISTORY),
+    AppSpec("/Cluster-Accounting", cluster_accounting.TITLE, cluster_accounting.build, Requirement.PROMETHEUS),
     AppSpec("/GPU-Memory-by-Notebook", notebook_memory.TITLE, notebook_memory.build, Requirement.NOTEBOOKS),
 )
 NO_PROMETHEUS = "The cluster pages read every node's readings from Prometheus: start nvdash with --prometheus URL."

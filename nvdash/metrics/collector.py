@@ -18,6 +18,8 @@ Series, as dcgm-exporter writes them:
   value repeated), and the :data:`~nvdash.metrics.fields.UNATTRIBUTED_FAMILIES` per device: what no owner explains;
 - with an accountant (a live server, not a replay), the :data:`~nvdash.metrics.fields.ACCOUNTING_FAMILIES`, one
   series per GPU: ``nvdash_gpu_allocated_idle_seconds``;
+- with ``--metrics-accounting`` and an accountant, the accountant's counters per owner since nvdash started
+  (:mod:`nvdash.metrics.accounting_families`), node-level (no GPU labels);
 - with the job label on (``--metrics-job-label``), every series of a GPU or instance also carries :data:`JOB_LABEL`
   (dcgm-exporter's HPC job mapping label), naming the owners the accountant found for it;
 - on a live server (``ExportOptions.stale_after_s``), :data:`LAST_SAMPLE_FAMILY` and
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.metrics_core import Metric
 
 from nvdash.health.quota_judge import store_findings
+from nvdash.metrics.accounting_families import OwnerBound, accounting_families
 from nvdash.metrics.compat import Naming
 from nvdash.metrics.counters import Counter
 from nvdash.metrics.fields import (
@@ -190,6 +193,9 @@ class ExportOptions:
     stale_after_s: float | None = None
     """A live server's bound: GPU readings older than this are not exported, and the newest sweep's and process
     reading's times are (``None``: a replay or a test, every reading exported as it is)."""
+    accounting: OwnerBound | None = None
+    """With ``--metrics-accounting``: the accountant's counters per owner, this many owners at most (one bound per
+    server, shared by its scrapes: see :mod:`nvdash.metrics.accounting_families`)."""
 
 
 @dataclass
@@ -378,6 +384,10 @@ class StoreCollector:
                     yield self._idle_family(counter, scrape, scrape.idle_s)
                 continue
             yield self._gpu_family(counter, scrape)
+        if self.options.accounting is not None and self.accountant is not None:
+            node = {} if "Hostname" in self.options.drop_labels else {"Hostname": self.options.hostname}
+            yield from accounting_families(self.accountant.running_totals(), self.options.accounting, node,
+                                           openmetrics=self.openmetrics)
         if self.options.stale_after_s is not None:
             yield from self._timestamps(newest)
 

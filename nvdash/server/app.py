@@ -40,6 +40,7 @@ from nvdash.server import door
 from nvdash.server.access import host_of, is_loopback, url_host
 from nvdash.server.accounting_api import AccountingCsvHandler, AccountingJsonHandler
 from nvdash.server.auth import Gate, TokenAuth, admitted, gate_of_server
+from nvdash.server.cluster_accounting_api import cluster_accounting_routes
 from nvdash.server.export_gate import ExportGate
 from nvdash.server.history_api import ExportCsvHandler, HistoryJsonHandler, history_health
 from nvdash.server.history_setup import HistoryRuntime
@@ -376,6 +377,7 @@ def make_server(settings: Settings, runtime: Runtime, io_loop: IOLoop | None = N
             {"produce": lambda h: health(runtime, h, lambda: holder[0] if holder else None, list(applications)),
              "guarded": False},
         ),
+        *cluster_accounting_routes(runtime.cluster),
         *extra_routes,
         *unavailable_routes,
     ]

@@ -20,6 +20,7 @@ from prometheus_client.exposition import choose_encoder
 from tornado.web import RequestHandler
 
 from nvdash.freshness import stale_after
+from nvdash.metrics.accounting_families import OwnerBound
 from nvdash.metrics.collector import GPU_LABELS, LABEL_FIELDS, ExportOptions, StoreCollector, unknown_fields
 from nvdash.metrics.compat import naming
 from nvdash.metrics.counters import Counter, default_counters, load_counters
@@ -60,7 +61,9 @@ def metrics_setup(settings: Settings, hostname: str) -> tuple[MetricsSetup, list
     stale_after_s = None if settings.replay is not None else stale_after(settings.interval_s)
     options = ExportOptions(hostname=settings.hostname or hostname, drop_labels=drop, pods=settings.metrics_pods,
                             processes=settings.metrics_processes, job_label=settings.metrics_job_label,
-                            naming=naming(settings.metrics_compat), stale_after_s=stale_after_s)
+                            naming=naming(settings.metrics_compat), stale_after_s=stale_after_s,
+                            accounting=None if settings.metrics_accounting_owners is None
+                            else OwnerBound(settings.metrics_accounting_owners))
     return MetricsSetup(tuple(counters), options), unknown_fields(counters)
 
 

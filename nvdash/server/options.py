@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from nvdash.cluster.access import PrometheusAccess
 from nvdash.history.ranges import RangeError, parse_duration
+from nvdash.metrics.accounting_families import DEFAULT_OWNERS
 from nvdash.metrics.collector import GPU_LABELS, LABEL_FIELDS
 from nvdash.metrics.compat import COMPAT_VERSIONS, DEFAULT_COMPAT
 from nvdash.sampling.sampler import MIN_INTERVAL_S
@@ -211,6 +212,12 @@ def _metrics_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--metrics-job-label", action="store_true",
                        help="label /metrics series with the Slurm job or pod that owns each GPU "
                        "(one more series per job: off by default)")
+    group.add_argument("--metrics-accounting", action="store_true",
+                       help="export the accounting's counters per job (GPU-seconds, busy, energy, throttling since "
+                       "nvdash started) on /metrics, for Prometheus to add up across nodes")
+    group.add_argument("--metrics-accounting-owners", default=None, type=int, metavar="N",
+                       help=f"with --metrics-accounting, at most N jobs with series of their own; the ones with "
+                       f'the least GPU time are summed into hpc_job="_other" (default {DEFAULT_OWNERS})')
 
 
 def _cluster_group(parser: argparse.ArgumentParser) -> None:
@@ -267,6 +274,17 @@ def _jupyter_kernels(value: str | None) -> str | None:
     if not value.strip():
         raise UsageError("--jupyter-kernels needs a file name")
     return str(Path(value).expanduser().absolute())
+
+
+def _accounting_owners(enabled: bool, value: int | None) -> int | None:
+    """``--metrics-accounting``'s bound (``None``: off); ``--metrics-accounting-owners`` alone is a usage error."""
+    if value is None:
+        return DEFAULT_OWNERS if enabled else None
+    if not enabled:
+        raise UsageError("--metrics-accounting-owners needs --metrics-accounting")
+    if value < 0:
+        raise UsageError(f"--metrics-accounting-owners must be 0 or more, not {value}")
+    return value
 
 
 def _job_mapping_dir(value: str | None, environ: Mapping[str, str]) -> str | None:
@@ -422,7 +440,8 @@ def _connection_timeout(environ: Mapping[str, str] | None) -> float:
     return _env_seconds(environ, ENV_CONNECTION_TIMEOUT, Settings().connection_timeout_s)
 
 
-def _prometheus_url(value: str | None) -> str | None:
+def prometheus_url(value: str | None) -> str | None:
+    """``--prometheus``'s URL without a trailing slash; raises :class:`UsageError` for one that is not http(s)."""
     if value is None:
         return None
     url = value.strip().rstrip("/")
@@ -505,7 +524,7 @@ def _settings(args: argparse.Namespace, environ: Mapping[str, str], merged: Merg
         metrics_pods=args.metrics_pods,
         metrics_processes=args.metrics_processes,
         metrics_compat=args.metrics_compat,
-        prometheus_url=_prometheus_url(args.prometheus),
+        prometheus_url=prometheus_url(args.prometheus),
         prometheus_access=_prometheus_access(args, environ),
         host=args.host,
         port=_port(args.port),
@@ -535,6 +554,7 @@ def _settings(args: argparse.Namespace, environ: Mapping[str, str], merged: Merg
                                                 defaults.accounting_retention_s, "hdw", 86_400.0),
         idle_after_s=_duration_option("--idle-after", args.idle_after, defaults.idle_after_s, "smh", 1.0),
         metrics_job_label=args.metrics_job_label,
+        metrics_accounting_owners=_accounting_owners(args.metrics_accounting, args.metrics_accounting_owners),
     )
 
 

@@ -179,11 +179,12 @@ def test_apps_routes_titles_and_order() -> None:
         ("/Cluster-Nodes", "Cluster Nodes"),
         ("/Cluster-Fleet", "Fleet Health"),
         ("/Cluster-Pods", "Cluster Pods"),
+        ("/Cluster-Accounting", "Cluster Accounting"),
         ("/GPU-Memory-by-Notebook", "GPU Memory by Notebook"),
     ]
     assert [spec.requires for spec in APPS] == [Requirement.GPU] * 8 + [Requirement.NVLINK] * 2 + [
         Requirement.TOPOLOGY, Requirement.NONE, Requirement.PROMETHEUS, Requirement.PROMETHEUS, Requirement.POD_HISTORY,
-        Requirement.NOTEBOOKS]
+        Requirement.PROMETHEUS, Requirement.NOTEBOOKS]
     assert all(isinstance(spec, AppSpec) and callable(spec.build) for spec in APPS)
 
 
@@ -192,6 +193,8 @@ def test_without_gpus_only_the_machine_is_offered_with_the_nvml_reason() -> None
     reasons = {spec.route: unavailable_reason(spec, inventory) for spec in APPS}
     assert reasons.pop("/Machine-Resources") is None
     assert reasons.pop("/Cluster-Nodes") == reasons.pop("/Cluster-Fleet") == (
+        "The cluster pages read every node's readings from Prometheus: start nvdash with --prometheus URL.")
+    assert reasons.pop("/Cluster-Accounting") == (
         "The cluster pages read every node's readings from Prometheus: start nvdash with --prometheus URL.")
     assert reasons.pop("/Cluster-Pods") == (
         "The pods page reads pods from Prometheus (--prometheus URL), or on a Kubernetes node from this node's "
@@ -204,7 +207,7 @@ def test_without_gpus_only_the_machine_is_offered_with_the_nvml_reason() -> None
     assert [spec.route for spec in available_apps(inventory)] == ["/Machine-Resources"]
     # A machine without GPUs can still show the cluster, read from Prometheus.
     assert [spec.route for spec in available_apps(inventory, cluster=True)] == [
-        "/Machine-Resources", "/Cluster-Nodes", "/Cluster-Fleet", "/Cluster-Pods"]
+        "/Machine-Resources", "/Cluster-Nodes", "/Cluster-Fleet", "/Cluster-Pods", "/Cluster-Accounting"]
     # A single node with its history: the pods page, read from the history; the nodes page needs Prometheus.
     assert [spec.route for spec in available_apps(inventory, local_history=True)] == [
         "/Machine-Resources", "/Cluster-Pods"]
