@@ -239,6 +239,14 @@ class ClusterState:
         """One node's GPUs, by index."""
         return sorted((gpu for gpu in self.gpus if gpu.hostname == hostname), key=lambda gpu: gpu.index)
 
+    def by_node(self) -> dict[str, list[ClusterGpu]]:
+        """Every node's GPUs by index, the nodes sorted: one pass over the GPUs (asking :meth:`node` of each node
+        is quadratic: 8 million comparisons at 1,000 nodes x 8 GPUs)."""
+        found: dict[str, list[ClusterGpu]] = {}
+        for gpu in self.gpus:
+            found.setdefault(gpu.hostname, []).append(gpu)
+        return {host: sorted(found[host], key=lambda gpu: gpu.index) for host in sorted(found)}
+
 
 @dataclass
 class _Gpu:
