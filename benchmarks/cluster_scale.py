@@ -24,6 +24,7 @@ minus the queries), the two pages' models, opening each page (``bokeh.client.pul
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import math
@@ -34,6 +35,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +44,11 @@ from typing import Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nvdash.cluster.model import DEFAULT_QUERIES, GAUGES, POD_MEMORY, POD_SM_SHARE
+from nvdash.cluster.model import DEFAULT_QUERIES, GAUGES, POD_MEMORY, POD_SM_SHARE, _either
+from nvdash.cluster.selectors import SeriesScope
+
+BEFORE_GPU_QUERY = SeriesScope().series("", f'__name__=~"{_either(GAUGES)}"', 'GPU_I_ID=""')
+"""The overview's query before it kept only the labels it reads."""
 
 POD_FAMILIES = ("nvdash_pod_gpu_allocated", "nvdash_pod_gpu_idle", POD_SM_SHARE, POD_MEMORY,
                 "nvdash_pod_gpu_power_watts", "nvdash_pod_gpu_energy_joules_total")
@@ -191,11 +198,11 @@ def timed(action: Callable[[], Any], repeat: int) -> tuple[list[float], Any]:
 
 
 def row(name: str, times: list[float], size: str) -> str:
-    return f"{name:<44} {min(times):>9.1f} {statistics.median(times):>9.1f} {max(times):>9.1f}  {size}"
+    return f"{name:<50} {min(times):>9.1f} {statistics.median(times):>9.1f} {max(times):>9.1f}  {size}"
 
 
 def header() -> str:
-    return f"{'what':<44} {'best':>9} {'median':>9} {'worst':>9}  answer"
+    return f"{'what':<50} {'best':>9} {'median':>9} {'worst':>9}  answer"
 
 
 def estimate(shape: Shape, fleet_samples: int, fleet_s: float, block_bytes: int) -> list[str]:
@@ -267,36 +274,56 @@ class Measured:
         print(line, flush=True)
 
 
-def measure_queries(url: str, shape: Shape, repeat: int, out: Measured) -> None:
+def prometheus_time(url: str, promql: str) -> tuple[float, float, int]:
+    """One instant query asked over plain HTTP: the call's wall time (answer read, not decoded), Prometheus's own
+    execution time (``stats=all``), both in ms, and the series answered."""
+    body = urllib.parse.urlencode({"query": promql, "stats": "all"}).encode()
+    began = time.perf_counter()
+    with urllib.request.urlopen(f"{url}/api/v1/query", data=body, timeout=300) as answer:
+        raw = answer.read()
+    wall = (time.perf_counter() - began) * 1000.0
+    data = json.loads(raw)["data"]
+    return wall, float(data["stats"]["timings"]["execTotalTime"]) * 1000.0, len(data["result"])
+
+
+def measure_queries(url: str, repeat: int, out: Measured) -> None:
     """Prometheus's time for each instant query of a refresh, then one refresh and the models built on top."""
     from nvdash.apps.cluster_nodes import node_rows, overview_data
     from nvdash.apps.cluster_pods import PodFilter, namespace_rows, pod_rows, shown
     from nvdash.cluster.poller import ClusterPoller
     from nvdash.cluster.promapi import PrometheusClient
 
-    client = PrometheusClient(url, timeout_s=120.0, max_series=1_000_000, max_body_bytes=1 << 31)
-    total = 0.0
     names = ("overview: GPU families", "overview: GPUs seen in 1 h", "pods: allocations", "pods: readings",
              "pods: idle for 30 min")
-    for name, promql in zip(names, DEFAULT_QUERIES.all(), strict=True):
-        times, answer = timed(lambda q=promql: client.instant(q), repeat)
-        total += statistics.median(times)
-        out.add(f"Prometheus: {name}", times, f"{len(answer.samples):,} series")
-    out.lines.append(f"{'Prometheus: the five, medians summed':<44} {'':>9} {total:>9.1f}")
-    print(out.lines[-1])
-    shipped = PrometheusClient(url, timeout_s=120.0)
-    poller = ClusterPoller(shipped)
-    state = poller.refresh()
-    out.add("nvdash as shipped: one refresh", [state.queries_ms],
-            f"{len(state.gpus):,} GPUs, {len(state.pods):,} pods, truncated={state.truncated}, "
-            f"error={state.error!r}"[:160])
-    poller = ClusterPoller(client)
-    times, state = timed(poller.refresh, repeat)
-    out.add("nvdash: one refresh, unbounded client", times,
-            f"{len(state.gpus):,} GPUs, {len(state.pods):,} pods, truncated={state.truncated}")
-    out.lines.append(f"{'  of which nvdash (refresh - Prometheus)':<44} {'':>9} "
-                     f"{statistics.median(times) - total:>9.1f}")
-    print(out.lines[-1])
+    queries = [(f"before: {names[0]}, every label", BEFORE_GPU_QUERY),
+               *zip(("after: " + names[0], *names[1:]), DEFAULT_QUERIES.all(), strict=True)]
+    total = {"before": 0.0, "after": 0.0}
+    for name, promql in queries:
+        runs = [prometheus_time(url, promql) for _ in range(repeat)]
+        walls = [wall for wall, _exec, _series in runs]
+        for key in total:
+            if not name.startswith(("before", "after")) or name.startswith(key):
+                total[key] += statistics.median(walls)
+        executed = statistics.median(run[1] for run in runs)
+        out.add(f"Prometheus: {name}", walls, f"{runs[-1][2]:,} series, exec {executed:.0f} ms")
+    for key, value in total.items():
+        out.lines.append(f"{'Prometheus: the five, ' + key + ', medians summed':<50} {'':>9} {value:>9.1f}")
+        print(out.lines[-1])
+    before = ClusterPoller(PrometheusClient(url, max_series=20_000))
+    before.queries = dataclasses.replace(before.queries, gpus=BEFORE_GPU_QUERY)
+    after = ClusterPoller(PrometheusClient(url))
+    for key, poller in (("before", before), ("after", after)):
+        times = []
+        for _ in range(repeat):
+            state = poller.refresh()
+            times.append(state.queries_ms)
+        reporting = sum(gpu.reporting for gpu in state.gpus)
+        out.add(f"{key}: one ClusterPoller refresh", times,
+                f"{reporting:,} of {len(state.gpus):,} GPUs reporting, {len(state.pods):,} pods, "
+                f"truncated={state.truncated}, error={state.error!r}"[:150])
+        out.lines.append(f"{'  ' + key + ': of which nvdash (- Prometheus)':<50} {'':>9} "
+                         f"{statistics.median(times) - total[key]:>9.1f}")
+        print(out.lines[-1])
     every_gpu = 1 << 40
     times, data = timed(lambda: overview_data(state, gpu_cells_up_to=every_gpu), repeat)
     out.add("before: /Cluster-Nodes overview, GPU cells", times,
@@ -416,13 +443,13 @@ def main() -> None:
             notes = [f"reusing the backfill in {keep} (its readings end 90 min after it was made)"]
         else:
             root.mkdir(parents=True, exist_ok=True)
-            notes = prepare(shape, root, now)
+            _data, notes = prepare(shape, root, now)
         for line in notes:
             print(line, flush=True)
         with run_prometheus(root, [], rules=False) as url:
             out = Measured([])
             print(header())
-            measure_queries(url, shape, repeat, out)
+            measure_queries(url, repeat, out)
             measure_timelines(url, shape, time.time(), repeat, out)
             if pages and before is not None:
                 measure_pages(url, repeat, out, "before", {"PYTHONPATH": str(before.resolve())})

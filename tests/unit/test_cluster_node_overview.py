@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from nvdash.apps.cluster_nodes import GPU_CELLS_UP_TO, NODE_COLUMNS, node_rows, overview_data, util_color
 from nvdash.apps.figures import LEVEL_PALETTE, LOST_COLOR, STATUS_COLORS
-from nvdash.cluster.model import ClusterState, build_gpus
+from nvdash.cluster.model import GAUGES, ClusterState, _either, build_gpus, cluster_queries
+from nvdash.cluster.selectors import SeriesScope
 from tests.unit.test_cluster import HEALTHY, NOW, labels
 
 MIB = 1024 * 1024
@@ -79,3 +80,12 @@ def test_by_node_groups_every_gpu_once_as_node_does() -> None:
     assert rows["node"][:2] == ["node-00", "node-01"]
     assert rows["gpus"] == [3] * 30
     assert rows["util"][:2] == ["10 %", "11 %"]
+
+
+def test_the_overview_query_keeps_only_the_labels_it_reads() -> None:
+    families = '__name__=~"' + _either(GAUGES) + '"'
+    assert cluster_queries(SeriesScope()).gpus == (
+        f'max by (__name__, Hostname, hostname, gpu, UUID, modelName) ({{{families}, GPU_I_ID=""}})')
+    scoped = SeriesScope(host_label="node", matchers=('job="nvdash"',))
+    assert cluster_queries(scoped).gpus == (
+        f'max by (__name__, node, gpu, UUID, modelName) ({{{families}, GPU_I_ID="", job="nvdash"}})')
