@@ -286,8 +286,10 @@ def _overview_figure(dark: bool) -> _Overview:
                  min_border_left=120)
     cells = fig.rect(x="x", y="row", width=0.92, height=0.84, source=source, fill_color="fill",
                      line_color="outline", line_width=3)
-    fig.text(x="x", y="row", text="label", source=source, text_align="center", text_baseline="middle",
-             text_font_size="0.8em", text_color="label_color", text_line_height=1.1)
+    cells.nonselection_glyph = cells.glyph  # a click picks a node; it fades no cell
+    labels = fig.text(x="x", y="row", text="label", source=source, text_align="center", text_baseline="middle",
+                      text_font_size="0.8em", text_color="label_color", text_line_height=1.1)
+    labels.nonselection_glyph = labels.glyph
     fig.xaxis.axis_label = "GPU"
     fig.xgrid.visible = False
     fig.ygrid.visible = False

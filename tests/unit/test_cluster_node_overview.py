@@ -3,10 +3,25 @@ pass."""
 
 from __future__ import annotations
 
-from nvdash.apps.cluster_nodes import GPU_CELLS_UP_TO, NODE_COLUMNS, node_rows, overview_data, util_color
+from dataclasses import replace
+
+from bokeh.document import Document
+
+from nvdash.apps.cluster_nodes import (
+    GPU_CELLS_UP_TO,
+    GPU_TITLE,
+    NODE_COLUMNS,
+    NODE_TITLE,
+    _NodesPage,
+    node_rows,
+    overview_data,
+    util_color,
+)
 from nvdash.apps.figures import LEVEL_PALETTE, LOST_COLOR, STATUS_COLORS
+from nvdash.cluster import open_cluster
 from nvdash.cluster.model import GAUGES, ClusterState, _either, build_gpus, cluster_queries
 from nvdash.cluster.selectors import SeriesScope
+from tests.unit.test_apps import make_ctx
 from tests.unit.test_cluster import HEALTHY, NOW, labels
 
 MIB = 1024 * 1024
@@ -89,3 +104,23 @@ def test_the_overview_query_keeps_only_the_labels_it_reads() -> None:
     scoped = SeriesScope(host_label="node", matchers=('job="nvdash"',))
     assert cluster_queries(scoped).gpus == (
         f'max by (__name__, node, gpu, UUID, modelName) ({{{families}, GPU_I_ID="", job="nvdash"}})')
+
+
+def test_the_page_shows_node_cells_above_256_gpus_and_a_click_picks_the_node(closed_port: int) -> None:
+    cluster = open_cluster(f"http://127.0.0.1:{closed_port}", timeout_s=1.0)
+    try:
+        doc = Document()
+        page = _NodesPage(doc, replace(make_ctx(rows=()), cluster=cluster), cluster)
+        page._on_state(fleet(40))
+        assert page.overview.title.text == NODE_TITLE
+        assert list(page.overview.nodes.factors) == ["node-25", "node-00"]
+        assert page.overview.gpus.end == 24.5
+        assert page.select.value == "node-00"
+        page.overview.source.selected.indices = [27]
+        assert page.select.value == "node-27"
+        page._on_state(fleet(2))
+        assert page.overview.title.text == GPU_TITLE
+        assert list(page.overview.nodes.factors) == ["node-01", "node-00"]
+        assert page.overview.gpus.end == 7.5
+    finally:
+        cluster.close()
