@@ -11,12 +11,13 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from bokeh.document import Document
 from bokeh.layouts import column, gridplot, row
 from bokeh.models import ColumnDataSource, CustomJS, FactorRange, HoverTool, Range1d
+from bokeh.models.annotations import Title
 from bokeh.models.renderers import GlyphRenderer
 from bokeh.models.widgets import Div, Select, TableColumn
 from bokeh.plotting import figure
@@ -67,6 +68,13 @@ ROW_PX = 34
 REFRESH_RANGE_MS = 30_000
 """A relative range (last 6 h) is asked again this often, so its end stays "now"."""
 NO_NODE = "(no node yet)"
+GPU_CELLS_UP_TO = 256
+"""The overview shows a cell per GPU up to this many GPUs, and a cell per node above (1,000 nodes x 8 GPUs would
+be 8,000 cells, 34,000 px tall)."""
+NODE_COLUMNS = 25
+"""Node cells to a row in the node overview."""
+GPU_TITLE = "GPUs by node: fill = utilization, outline = health"
+NODE_TITLE = "Nodes: fill = mean utilization, outline = worst GPU's health (click a node for its GPUs)"
 STALE_ALPHA = 0.3
 """The overview's cells fade while Prometheus does not answer: they show its last answer."""
 NODE_URL_JS = """
@@ -101,10 +109,19 @@ def util_color(util: float | None, reporting: bool) -> str:
     return LEVEL_PALETTE[min(len(LEVEL_PALETTE) - 1, max(0, int(util / 100.0 * (len(LEVEL_PALETTE) - 1))))]
 
 
-def overview_data(state: ClusterState) -> DataDict:
-    """One cell per GPU: node (y), GPU index (x), colour by utilization, outline by health, and tooltip texts."""
+def by_node_above(state: ClusterState, gpu_cells_up_to: int = GPU_CELLS_UP_TO) -> bool:
+    """Whether the overview shows one cell per node: more GPUs than ``gpu_cells_up_to``."""
+    return len(state.gpus) > gpu_cells_up_to
+
+
+def overview_data(state: ClusterState, gpu_cells_up_to: int = GPU_CELLS_UP_TO) -> DataDict:
+    """The overview's cells: one per GPU (row: its node, x: its index), or one per node above ``gpu_cells_up_to``
+    GPUs (see :func:`node_cells`); colour by utilization, outline by health, tooltips."""
+    if by_node_above(state, gpu_cells_up_to):
+        return cast("DataDict", node_cells(state))
     gpus = state.gpus
     return {
+        "row": [gpu.hostname for gpu in gpus],
         "node": [gpu.hostname for gpu in gpus],
         "x": [float(gpu.index) for gpu in gpus],
         "gpu": [f"GPU {gpu.index}" for gpu in gpus],
@@ -118,6 +135,42 @@ def overview_data(state: ClusterState) -> DataDict:
         "memory": [format_bytes_of(gpu.memory_used_bytes, gpu.memory_total_bytes) for gpu in gpus],
         "health": [_health_text(gpu) for gpu in gpus],
     }
+
+
+def node_cells(state: ClusterState) -> dict[str, list[Any]]:
+    """One cell per node, :data:`NODE_COLUMNS` to a row (the row named by its first node): fill by the node's mean
+    utilization, outline by its worst GPU's health, the tooltip counting the GPUs not OK and naming the first
+    problem. Clicking a cell shows that node's GPUs below (as ``?node=NAME`` does)."""
+    data: dict[str, list[Any]] = {name: [] for name in (
+        "row", "node", "x", "gpu", "model", "fill", "outline", "label", "label_color", "util", "memory", "health")}
+    row_name = ""
+    for number, (host, gpus) in enumerate(state.by_node().items()):
+        if number % NODE_COLUMNS == 0:
+            row_name = host
+        utils = [gpu.utilization_pct for gpu in gpus if gpu.reporting and gpu.utilization_pct is not None]
+        mean = sum(utils) / len(utils) if utils else None
+        status = worst(gpu.health.status for gpu in gpus)
+        troubled = [gpu for gpu in gpus if gpu.health.status is not Status.OK]
+        used = sum(gpu.memory_used_bytes or 0.0 for gpu in gpus)
+        total = sum(gpu.memory_total_bytes or 0.0 for gpu in gpus)
+        health = status.label
+        if troubled:
+            first = troubled[0]
+            why = f"GPU {first.index}: {first.health.findings[0].text}" if first.health.findings else ""
+            health += f" ({len(troubled)} of {len(gpus)} GPUs not OK{'; ' + why if why else ''})"
+        data["row"].append(row_name)
+        data["node"].append(host)
+        data["x"].append(float(number % NODE_COLUMNS))
+        data["gpu"].append(f"{len(gpus)} GPUs")
+        data["model"].append(", ".join(sorted({gpu.model for gpu in gpus if gpu.model})))
+        data["fill"].append(util_color(mean, mean is not None))
+        data["outline"].append(STATUS_COLORS[status.value])
+        data["label"].append(format_pct(mean, 0) if mean is not None else "no data")
+        data["label_color"].append("#ffffff" if mean is not None and mean < 60 else "#000000")
+        data["util"].append(format_pct(mean, 0) if mean is not None else "n/a")
+        data["memory"].append(format_bytes_of(used, total) if total else "n/a")
+        data["health"].append(health)
+    return data
 
 
 def _cell_label(gpu: ClusterGpu) -> str:
@@ -139,8 +192,7 @@ def node_rows(state: ClusterState) -> dict[str, list[Any]]:
     """One row per node: GPUs, models, mean utilization, memory, the worst health and its reasons."""
     columns: dict[str, list[Any]] = {name: [] for name in (
         "node", "gpus", "models", "util", "memory", "health", "color", "problems")}
-    for host in state.hostnames:
-        gpus = state.node(host)
+    for host, gpus in state.by_node().items():
         utils = [gpu.utilization_pct for gpu in gpus if gpu.utilization_pct is not None]
         used = sum(gpu.memory_used_bytes or 0.0 for gpu in gpus)
         total = sum(gpu.memory_total_bytes or 0.0 for gpu in gpus)
@@ -217,6 +269,7 @@ class NodeTimelines:
 @dataclasses.dataclass
 class _Overview:
     fig: figure
+    title: Title
     source: ColumnDataSource
     nodes: FactorRange
     gpus: Range1d
@@ -227,21 +280,24 @@ def _overview_figure(dark: bool) -> _Overview:
     source = ColumnDataSource(data=overview_data(ClusterState()))
     nodes = FactorRange()
     gpus = Range1d(start=-0.5, end=7.5)
-    fig = figure(title="GPUs by node: fill = utilization, outline = health", y_range=nodes, x_range=gpus,
-                 height=ROW_PX * 2 + 60, sizing_mode="stretch_width", tools="save", toolbar_location=None,
+    title = Title(text=GPU_TITLE)
+    fig = figure(title=title, y_range=nodes, x_range=gpus,
+                 height=ROW_PX * 2 + 60, sizing_mode="stretch_width", tools="save,tap", toolbar_location=None,
                  min_border_left=120)
-    cells = fig.rect(x="x", y="node", width=0.92, height=0.84, source=source, fill_color="fill",
+    cells = fig.rect(x="x", y="row", width=0.92, height=0.84, source=source, fill_color="fill",
                      line_color="outline", line_width=3)
-    fig.text(x="x", y="node", text="label", source=source, text_align="center", text_baseline="middle",
-             text_font_size="0.8em", text_color="label_color", text_line_height=1.1)
+    cells.nonselection_glyph = cells.glyph  # a click picks a node; it fades no cell
+    labels = fig.text(x="x", y="row", text="label", source=source, text_align="center", text_baseline="middle",
+                      text_font_size="0.8em", text_color="label_color", text_line_height=1.1)
+    labels.nonselection_glyph = labels.glyph
     fig.xaxis.axis_label = "GPU"
     fig.xgrid.visible = False
     fig.ygrid.visible = False
     fig.yaxis.major_label_text_color = text_color(dark)
     fig.add_tools(HoverTool(renderers=[cells], tooltips=[
-        ("node", "@node"), ("GPU", "@gpu · @model"), ("utilization", "@util"), ("memory", "@memory"),
+        ("node", "@node"), ("GPUs", "@gpu · @model"), ("utilization", "@util"), ("memory", "@memory"),
         ("health", "@health")]))
-    return _Overview(fig, source, nodes, gpus, cells)
+    return _Overview(fig, title, source, nodes, gpus, cells)
 
 
 def _node_table(dark: bool) -> tuple[Any, ColumnDataSource]:
@@ -282,6 +338,7 @@ class _NodesPage:
         self.select.on_change("value", self._picked)
         self.select.js_on_change("value", CustomJS(code=NODE_URL_JS))
         self.rows.selected.on_change("indices", self._row_picked)
+        self.overview.source.selected.on_change("indices", self._cell_picked)
         self.holder = column(Div(text=""), sizing_mode="stretch_both", min_height=400)
         x_range = timeline_range()
         history = cluster.history()
@@ -304,13 +361,17 @@ class _NodesPage:
         self.overview.cells.glyph.fill_alpha = STALE_ALPHA if state.error is not None else 1.0
         if state.ok_time_s is None:
             return
-        self.overview.source.data = overview_data(state)
-        factors = list(reversed(hosts))
+        data = overview_data(state)
+        self.overview.source.data = data
+        nodes = by_node_above(state)
+        self.overview.title.text = NODE_TITLE if nodes else GPU_TITLE
+        self.overview.fig.xaxis.axis_label = "node" if nodes else "GPU"
+        factors = list(reversed(dict.fromkeys(data["row"])))
         if list(self.overview.nodes.factors) != factors:
             self.overview.nodes.factors = factors
-            self.overview.fig.height = ROW_PX * max(2, len(hosts)) + 60
-        widest = max((gpu.index for gpu in state.gpus), default=7)
-        self.overview.gpus.end = max(7, widest) + 0.5
+            self.overview.fig.height = ROW_PX * max(2, len(factors)) + 60
+        widest = max(data["x"], default=7.0)
+        self.overview.gpus.end = max(7.0, widest) + 0.5
         self.rows.data = node_rows(state)
         options = list[str | None](hosts or [NO_NODE])
         if list(self.select.options) != options:
@@ -328,6 +389,11 @@ class _NodesPage:
 
     def _row_picked(self, _attr: str, _old: Any, new: Any) -> None:
         nodes = self.rows.data["node"]
+        if new and 0 <= new[0] < len(nodes):
+            self.select.value = nodes[new[0]]
+
+    def _cell_picked(self, _attr: str, _old: Any, new: Any) -> None:
+        nodes = self.overview.source.data["node"]
         if new and 0 <= new[0] < len(nodes):
             self.select.value = nodes[new[0]]
 
