@@ -128,10 +128,15 @@ def totals_html(report: Report) -> str:
             f"Lost to throttling: {escape(throttle)}")
 
 
-def csv_href(range_name: str, by: str, start: str = "", end: str = "") -> str:
-    """The CSV download's relative URL for the page's choices (``from``/``to`` for a custom range)."""
+def csv_href_at(path: str, range_name: str, by: str, start: str = "", end: str = "") -> str:
+    """The CSV download's URL (``path`` relative to the page) for the choices (``from``/``to`` for a custom range)."""
     query = [("from", start), ("to", end)] if start else [("range", range_name)]
-    return f"{CSV_PATH}?{urlencode([*((name, value) for name, value in query if value), ('by', by)])}"
+    return f"{path}?{urlencode([*((name, value) for name, value in query if value), ('by', by)])}"
+
+
+def csv_href(range_name: str, by: str, start: str = "", end: str = "") -> str:
+    """The GPU Accounting page's CSV download for its choices."""
+    return csv_href_at(CSV_PATH, range_name, by, start, end)
 
 
 LINK_COLORS = {False: "#1565c0", True: "#8ab4f8"}

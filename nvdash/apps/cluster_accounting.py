@@ -16,20 +16,18 @@ from collections.abc import Callable
 from datetime import datetime
 from html import escape
 from typing import Any, cast
-from urllib.parse import urlencode
 
 from bokeh.document import Document
-from bokeh.layouts import row
-from bokeh.models import ColumnDataSource, InlineStyleSheet
-from bokeh.models.widgets import DataTable, Div, NumberFormatter, Select, TableColumn, TextInput
+from bokeh.models import ColumnDataSource
+from bokeh.models.widgets import DataTable, Div, NumberFormatter, TableColumn
 
-from nvdash.accounting.report import DEFAULT_RANGE, RANGES, Report
-from nvdash.apps.accounting_table import csv_link_html, row_columns, totals_html
+from nvdash.accounting.report import Report
+from nvdash.apps.accounting_table import csv_href_at, csv_link_html, row_columns, totals_html
 from nvdash.apps.context import AppContext
 from nvdash.apps.figures import add_page, data_table, text_color
 from nvdash.apps.gpu_processes import table_height
-from nvdash.apps.theme import apply_theme, request_arguments
-from nvdash.apps.time_range import query_values
+from nvdash.apps.range_controls import CUSTOM, RangeControls
+from nvdash.apps.theme import apply_theme
 from nvdash.cluster import ClusterRuntime
 from nvdash.cluster.accounting_report import cluster_range, cluster_report
 from nvdash.history.ranges import RangeError
@@ -41,8 +39,6 @@ TITLE = "Cluster Accounting"
 REFRESH_MS = 60_000
 CSV_PATH = "api/cluster-accounting.csv"
 """Relative to the page, so it resolves behind any proxy prefix."""
-CUSTOM = "custom"
-RANGE_LABELS = {"today": "Today", "7d": "Last 7 days", "30d": "Last 30 days", CUSTOM: "Custom…"}
 BY_LABELS = {"job": "job", "user": "user", "project": "project", "pod": "pod"}
 CUSTOM_HINT = "custom range: type a from time (ISO 8601 or Unix seconds) and press Enter"
 NO_CLUSTER = "The cluster accounting reads every node's counters from Prometheus: start nvdash with --prometheus URL."
@@ -52,12 +48,7 @@ LINE_PX = 26
 
 def csv_href(range_name: str, by: str, start: str = "", end: str = "") -> str:
     """The CSV download's relative URL for the page's choices (``from``/``to`` for a custom range)."""
-    query = [("from", start), ("to", end)] if start else [("range", range_name)]
-    return f"{CSV_PATH}?{urlencode([*((name, value) for name, value in query if value), ('by', by)])}"
-
-
-def _options(labels: dict[str, str]) -> list[str | tuple[Any, str]]:
-    return list(labels.items())
+    return csv_href_at(CSV_PATH, range_name, by, start, end)
 
 
 def _columns() -> list[TableColumn]:
@@ -91,21 +82,9 @@ class ClusterAccountingView:
     def __init__(self, doc: Document, cluster: ClusterRuntime, dark: bool,
                  clock: Callable[[], float] = time.time) -> None:
         self.doc, self.cluster, self.dark, self.clock = doc, cluster, dark, clock
-        arguments = query_values(request_arguments(doc))
-        start, end = arguments.get("from", ""), arguments.get("to", "")
-        chosen = CUSTOM if start else arguments.get("range", DEFAULT_RANGE)
-        by = arguments.get("by", "job")
-        labelled: list[Any] = [InlineStyleSheet(css=f"label {{ color: {text_color(dark)}; }}")]
-        self.range = Select(title="range", value=chosen if chosen in RANGE_LABELS else DEFAULT_RANGE,
-                            options=_options(RANGE_LABELS), width=150, name="range", stylesheets=labelled)
-        self.start = TextInput(title="from (ISO 8601 or Unix s)", value=start, width=200, name="from",
-                               stylesheets=labelled)
-        self.end = TextInput(title="to (empty: now)", value=end, width=200, name="to", stylesheets=labelled)
-        self.by = Select(title="group by", value=by if by in BY_LABELS else "job", options=_options(BY_LABELS),
-                         width=140, name="by", stylesheets=labelled)
-        self.csv = Div(text="", width=140, name="csv", styles={"margin-top": "1.9em"})
-        self.controls = row(self.range, self.start, self.end, self.by, self.csv, sizing_mode="stretch_width",
-                            name="controls", styles={"flex-wrap": "wrap"})
+        self.choices = RangeControls(doc, dark, groupings=BY_LABELS, csv_path=CSV_PATH, on_change=self.refresh)
+        self.range, self.start, self.end = self.choices.range, self.choices.start, self.choices.end
+        self.by, self.csv, self.controls = self.choices.by, self.choices.csv, self.choices.row
         self.status = _line(dark)
         self.status.name = "status"
         self.totals = _line(dark, lines=2)
@@ -116,32 +95,14 @@ class ClusterAccountingView:
                                            name="cluster-accounting-table")
         self.loading = False
         self._generation = 0
-        for widget in (self.range, self.by, self.start, self.end):
-            widget.on_change("value", self._changed)
-        self._show_custom()
 
     def parts(self) -> list[Any]:
         """The page's parts, top to bottom."""
         return [self.status, self.controls, self.totals, self.table]
 
-    def _show_custom(self) -> None:
-        custom = self.range.value == CUSTOM
-        for field in (self.start, self.end):
-            if field.visible != custom:
-                field.visible = custom
-
-    def _changed(self, _attr: str, _old: Any, _new: Any) -> None:
-        self._show_custom()
-        self.refresh()
-
     def choice(self) -> tuple[dict[str, str], str, str]:
         """The range arguments, the grouping and the CSV link the controls ask for."""
-        by = self.by.value if self.by.value in BY_LABELS else "job"
-        if self.range.value == CUSTOM:
-            start, end = self.start.value.strip(), self.end.value.strip()
-            return {"from": start, "to": end}, by, csv_href(CUSTOM, by, start, end)
-        name = self.range.value if self.range.value in RANGES else DEFAULT_RANGE
-        return {"range": name}, by, csv_href(name, by)
+        return self.choices.choice()
 
     def refresh(self) -> None:
         """Ask Prometheus, on the cluster's query threads, for the rows the controls describe."""

@@ -16,22 +16,17 @@ from html import escape
 from typing import Any, cast
 
 from bokeh.document import Document
-from bokeh.layouts import row
-from bokeh.models import BasicTickFormatter, ColumnDataSource, DataRange1d, FactorRange, HoverTool, InlineStyleSheet
+from bokeh.models import BasicTickFormatter, ColumnDataSource, DataRange1d, FactorRange, HoverTool
 from bokeh.models.widgets import (
     DataTable,
     Div,
     HTMLTemplateFormatter,
     NumberFormatter,
-    Select,
     TableColumn,
-    TextInput,
 )
 from bokeh.plotting import figure
 
 from nvdash.accounting.report import (
-    DEFAULT_RANGE,
-    RANGES,
     AccountingBook,
     RangeError,
     Report,
@@ -40,7 +35,7 @@ from nvdash.accounting.report import (
 )
 from nvdash.accounting.summary import GROUPINGS
 from nvdash.apps.accounting_table import (
-    csv_href,
+    CSV_PATH,
     csv_link_html,
     idle_columns,
     idle_note,
@@ -51,8 +46,8 @@ from nvdash.apps.accounting_table import (
 from nvdash.apps.context import AppContext
 from nvdash.apps.figures import add_page, data_table, gpu_color, text_color
 from nvdash.apps.gpu_processes import table_height
-from nvdash.apps.theme import apply_theme, request_arguments
-from nvdash.apps.time_range import query_values
+from nvdash.apps.range_controls import CUSTOM, RANGE_LABELS, RangeControls
+from nvdash.apps.theme import apply_theme
 from nvdash.live.visibility import hidden_flag
 
 log = logging.getLogger(__name__)
@@ -60,8 +55,6 @@ log = logging.getLogger(__name__)
 TITLE = "GPU Accounting"
 REFRESH_MS = 30_000
 """The report is hourly tallies: asking again every 30 s is plenty."""
-CUSTOM = "custom"
-RANGE_LABELS = {"today": "Today", "7d": "Last 7 days", "30d": "Last 30 days", CUSTOM: "Custom…"}
 BY_LABELS = {"job": "job", "pod": "pod", "user": "user", "namespace": "namespace/project"}
 SOURCE_TEXT = {"history": "from the history file", "memory": "in memory since this server started (no history)",
                "none": "no accounting source"}
@@ -72,14 +65,6 @@ ERROR_COLOR = "#c62828"
 WASTE_ROW_PX = 24
 
 _RIGHT = '<div style="text-align:right"><%- {} %></div>'
-
-
-def _options(labels: dict[str, str]) -> list[str | tuple[Any, str]]:
-    return list(labels.items())
-
-
-def _labelled(dark: bool) -> list[Any]:
-    return [InlineStyleSheet(css=f"label {{ color: {text_color(dark)}; }}")]
 
 
 LINE_PX = 26
@@ -154,22 +139,10 @@ class AccountingView:
 
     def __init__(self, doc: Document, ctx: AppContext, book: AccountingBook, dark: bool) -> None:
         self.doc, self.ctx, self.book, self.dark = doc, ctx, book, dark
-        arguments = query_values(request_arguments(doc))
-        start, end = arguments.get("from", ""), arguments.get("to", "")
-        chosen = CUSTOM if start else arguments.get("range", DEFAULT_RANGE)
-        by = arguments.get("by", "job")
-        labelled = _labelled(dark)
-        self.range = Select(title="range", value=chosen if chosen in RANGE_LABELS else DEFAULT_RANGE,
-                            options=_options(RANGE_LABELS), width=150, name="range", stylesheets=labelled)
-        self.start = TextInput(title="from (ISO 8601 or Unix s)", value=start, placeholder="2026-11-21T08:00",
-                               width=200, name="from", stylesheets=labelled)
-        self.end = TextInput(title="to (empty: now)", value=end, placeholder="now", width=200, name="to",
-                             stylesheets=labelled)
-        self.by = Select(title="group by", value=by if by in BY_LABELS else "job", options=_options(BY_LABELS),
-                         width=160, name="by", stylesheets=labelled)
-        self.csv = Div(text="", width=140, name="csv", styles={"margin-top": "1.9em"})
-        self.controls = row(self.range, self.start, self.end, self.by, self.csv, sizing_mode="stretch_width",
-                            name="controls", styles={"flex-wrap": "wrap"})  # a narrow pane: a second line
+        self.choices = RangeControls(doc, dark, groupings=BY_LABELS, valid=GROUPINGS, csv_path=CSV_PATH,
+                                     on_change=self.refresh, by_width=160, placeholders=True)
+        self.range, self.start, self.end = self.choices.range, self.choices.start, self.choices.end
+        self.by, self.csv, self.controls = self.choices.by, self.choices.csv, self.choices.row
         self.status = _line(dark)
         self.status.name = "status"
         self.totals = _line(dark, lines=2)
@@ -188,9 +161,6 @@ class AccountingView:
         self.idle_note = _line(dark, opacity="0.8")
         self.loading = False
         self._generation = 0
-        for widget in (self.range, self.by, self.start, self.end):
-            widget.on_change("value", self._changed)
-        self._show_custom()
 
     def parts(self) -> list[Any]:
         """The page's parts, top to bottom."""
@@ -198,24 +168,9 @@ class AccountingView:
                 _heading("Waste", self.dark), self.waste,
                 self.idle_note, self.idle]
 
-    def _show_custom(self) -> None:
-        custom = self.range.value == CUSTOM
-        for field in (self.start, self.end):
-            if field.visible != custom:
-                field.visible = custom
-
-    def _changed(self, _attr: str, _old: Any, _new: Any) -> None:
-        self._show_custom()
-        self.refresh()
-
     def choice(self) -> tuple[dict[str, str], str, str]:
         """The range arguments, the grouping and the CSV link the controls ask for."""
-        by = self.by.value if self.by.value in GROUPINGS else "job"
-        if self.range.value == CUSTOM:
-            start, end = self.start.value.strip(), self.end.value.strip()
-            return {"from": start, "to": end}, by, csv_href(CUSTOM, by, start, end)
-        name = self.range.value if self.range.value in RANGES else DEFAULT_RANGE
-        return {"range": name}, by, csv_href(name, by)
+        return self.choices.choice()
 
     def refresh(self) -> None:
         """Ask for the report the controls describe: in the history executor, or here without one (tests)."""
