@@ -20,9 +20,9 @@ from nvdash.apps.context import AppContext
 from nvdash.apps.figures import STATUS_COLORS, add_page, data_table, text_color
 from nvdash.apps.theme import apply_theme
 from nvdash.cluster import ClusterRuntime
-from nvdash.cluster.fleet import DAY, FleetDay, FleetView, GpuClass, fleet_view
+from nvdash.cluster.fleet import DAY, FleetDay, FleetView, fleet_view
 from nvdash.cluster.fleet_poller import FleetPoller
-from nvdash.cluster.model import ClusterState
+from nvdash.cluster.model import ClusterState, GpuClass
 
 if TYPE_CHECKING:
     from bokeh.models.sources import DataDict
@@ -155,7 +155,7 @@ class _FleetPage:
             return
         self.seen = (state.generation, day.generation)
         view = fleet_view(state, day)
-        self.status.text = status_html(self.cluster, state, f"{len(view.rows)} nodes, {len(state.gpus)} GPUs")
+        self.status.text = status_html(self.cluster, state, f"{len(view.rows)} nodes, {state.gpu_count} GPUs")
         self.day_status.text = day_html(self.fleet, day)
         if state.ok_time_s is None and day.ok_time_s is None:
             return

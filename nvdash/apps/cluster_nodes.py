@@ -56,8 +56,7 @@ from nvdash.apps.timelines import (
 )
 from nvdash.cluster import ClusterRuntime
 from nvdash.cluster.history import PrometheusHistory
-from nvdash.cluster.model import ClusterGpu, ClusterState
-from nvdash.health.status import Status, worst
+from nvdash.cluster.model import ClusterGpu, ClusterNode, ClusterState, GpuClass
 from nvdash.history.query import HistoryResult
 
 if TYPE_CHECKING:
@@ -111,7 +110,7 @@ def util_color(util: float | None, reporting: bool) -> str:
 
 def by_node_above(state: ClusterState, gpu_cells_up_to: int = GPU_CELLS_UP_TO) -> bool:
     """Whether the overview shows one cell per node: more GPUs than ``gpu_cells_up_to``."""
-    return len(state.gpus) > gpu_cells_up_to
+    return state.fleet or state.gpu_count > gpu_cells_up_to
 
 
 def overview_data(state: ClusterState, gpu_cells_up_to: int = GPU_CELLS_UP_TO) -> DataDict:
@@ -144,33 +143,34 @@ def node_cells(state: ClusterState) -> dict[str, list[Any]]:
     data: dict[str, list[Any]] = {name: [] for name in (
         "row", "node", "x", "gpu", "model", "fill", "outline", "label", "label_color", "util", "memory", "health")}
     row_name = ""
-    for number, (host, gpus) in enumerate(state.by_node().items()):
+    for number, node in enumerate(state.nodes):
         if number % NODE_COLUMNS == 0:
-            row_name = host
-        utils = [gpu.utilization_pct for gpu in gpus if gpu.reporting and gpu.utilization_pct is not None]
-        mean = sum(utils) / len(utils) if utils else None
-        status = worst(gpu.health.status for gpu in gpus)
-        troubled = [gpu for gpu in gpus if gpu.health.status is not Status.OK]
-        used = sum(gpu.memory_used_bytes or 0.0 for gpu in gpus)
-        total = sum(gpu.memory_total_bytes or 0.0 for gpu in gpus)
-        health = status.label
+            row_name = node.hostname
+        mean = node.utilization_pct
+        troubled = node.gpus - node.counts[GpuClass.OK]
+        health = node.status.label
         if troubled:
-            first = troubled[0]
-            why = f"GPU {first.index}: {first.health.findings[0].text}" if first.health.findings else ""
-            health += f" ({len(troubled)} of {len(gpus)} GPUs not OK{'; ' + why if why else ''})"
+            why = f"; {node.problems[0]}" if node.problems else ""
+            health += f" ({troubled} of {node.gpus} GPUs not OK{why})"
         data["row"].append(row_name)
-        data["node"].append(host)
+        data["node"].append(node.hostname)
         data["x"].append(float(number % NODE_COLUMNS))
-        data["gpu"].append(f"{len(gpus)} GPUs")
-        data["model"].append(", ".join(sorted({gpu.model for gpu in gpus if gpu.model})))
+        data["gpu"].append(f"{node.gpus} GPUs")
+        data["model"].append(", ".join(node.models))
         data["fill"].append(util_color(mean, mean is not None))
-        data["outline"].append(STATUS_COLORS[status.value])
+        data["outline"].append(STATUS_COLORS[node.status.value])
         data["label"].append(format_pct(mean, 0) if mean is not None else "no data")
         data["label_color"].append("#ffffff" if mean is not None and mean < 60 else "#000000")
         data["util"].append(format_pct(mean, 0) if mean is not None else "n/a")
-        data["memory"].append(format_bytes_of(used, total) if total else "n/a")
+        data["memory"].append(_node_memory(node))
         data["health"].append(health)
     return data
+
+
+def _node_memory(node: ClusterNode) -> str:
+    if not node.memory_total_bytes:
+        return "n/a"
+    return format_bytes_of(node.memory_used_bytes or 0.0, node.memory_total_bytes)
 
 
 def _cell_label(gpu: ClusterGpu) -> str:
@@ -192,21 +192,15 @@ def node_rows(state: ClusterState) -> dict[str, list[Any]]:
     """One row per node: GPUs, models, mean utilization, memory, the worst health and its reasons."""
     columns: dict[str, list[Any]] = {name: [] for name in (
         "node", "gpus", "models", "util", "memory", "health", "color", "problems")}
-    for host, gpus in state.by_node().items():
-        utils = [gpu.utilization_pct for gpu in gpus if gpu.utilization_pct is not None]
-        used = sum(gpu.memory_used_bytes or 0.0 for gpu in gpus)
-        total = sum(gpu.memory_total_bytes or 0.0 for gpu in gpus)
-        status = worst(gpu.health.status for gpu in gpus)
-        problems = [f"GPU {gpu.index}: {gpu.health.findings[0].text}" for gpu in gpus
-                    if gpu.health.status is not Status.OK and gpu.health.findings]
-        columns["node"].append(host)
-        columns["gpus"].append(len(gpus))
-        columns["models"].append(", ".join(sorted({gpu.model for gpu in gpus if gpu.model})))
-        columns["util"].append(format_pct(sum(utils) / len(utils), 0) if utils else "n/a")
-        columns["memory"].append(format_bytes_of(used, total) if total else "n/a")
-        columns["health"].append(status.label)
-        columns["color"].append(STATUS_COLORS[status.value])
-        columns["problems"].append("; ".join(problems))
+    for node in state.nodes:
+        columns["node"].append(node.hostname)
+        columns["gpus"].append(node.gpus)
+        columns["models"].append(", ".join(node.models))
+        columns["util"].append(format_pct(node.utilization_pct, 0) if node.utilization_pct is not None else "n/a")
+        columns["memory"].append(_node_memory(node))
+        columns["health"].append(node.status.label)
+        columns["color"].append(STATUS_COLORS[node.status.value])
+        columns["problems"].append("; ".join(node.problems))
     return columns
 
 
@@ -357,7 +351,7 @@ class _NodesPage:
     def _on_state(self, state: ClusterState) -> None:
         self.state = state
         hosts = state.hostnames
-        self.status.text = status_html(self.cluster, state, f"{len(hosts)} nodes, {len(state.gpus)} GPUs")
+        self.status.text = status_html(self.cluster, state, f"{len(hosts)} nodes, {state.gpu_count} GPUs")
         self.overview.cells.glyph.fill_alpha = STALE_ALPHA if state.error is not None else 1.0
         if state.ok_time_s is None:
             return
@@ -398,8 +392,11 @@ class _NodesPage:
             self.select.value = nodes[new[0]]
 
     def _show_node(self, hostname: str) -> None:
+        if hostname == NO_NODE:
+            return
+        self.cluster.poller.want_node(hostname)
         gpus = self.state.node(hostname)
-        if hostname == NO_NODE or not gpus:
+        if not gpus:
             return
         if self.timelines.set_node(hostname, gpus):
             if self.control.time_range is None:

@@ -18,11 +18,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 
-from nvdash.cluster.model import ClusterGpu, ClusterState, host_of, names
+from nvdash.cluster.model import ClusterState, GpuClass, host_of, names
 from nvdash.cluster.selectors import HOST_LABELS, SeriesScope
-from nvdash.health.status import Status
 
 DAY = "24h"
 DAY_AGO_WINDOW = "15m"
@@ -30,33 +28,6 @@ DAY_AGO_WINDOW = "15m"
 two is no drop)."""
 XID = "DCGM_FI_DEV_XID_ERRORS"
 TEMP = "DCGM_FI_DEV_GPU_TEMP"
-
-
-class GpuClass(Enum):
-    """A GPU's place in the fleet's tally, one per GPU, from least to most urgent."""
-
-    OK = "ok"
-    WARNING = "warning"
-    NOT_REPORTING = "not reporting"
-    CRITICAL = "critical"
-    LOST = "lost"
-
-    @property
-    def rank(self) -> int:
-        """0 for OK up to 4 for lost: a node is ranked by its worst GPU."""
-        return list(GpuClass).index(self)
-
-
-def gpu_class(gpu: ClusterGpu) -> GpuClass:
-    """A GPU's class: silent now but seen within the last hour (the nodes page's "no data"), fallen off the bus
-    (``nvdash_gpu_lost``), else its health status."""
-    if not gpu.reporting:
-        return GpuClass.NOT_REPORTING
-    if gpu.value("nvdash_gpu_lost") == 1.0:
-        return GpuClass.LOST
-    if gpu.health.status is Status.CRITICAL:
-        return GpuClass.CRITICAL
-    return GpuClass.WARNING if gpu.health.status is Status.WARNING else GpuClass.OK
 
 
 @dataclass(frozen=True)
@@ -174,37 +145,28 @@ class FleetView:
         return sum(1 for row in self.rows if row.xids or row.xid_gpus or row.xid_now)
 
 
-def _problems(gpus: Iterable[ClusterGpu]) -> str:
-    found = [f"GPU {gpu.index}: {gpu.health.findings[0].text}" for gpu in gpus
-             if gpu.health.status is not Status.OK and gpu.health.findings]
-    return "; ".join(found)
-
-
 def fleet_view(state: ClusterState, day: FleetDay) -> FleetView:
     """The fleet from the poller's newest state and the day's answers. A node only the day-ago answer knows (silent
     for over an hour) is listed as not reporting, with no GPU in the tallies (they count what the nodes page
     shows)."""
-    by_node: dict[str, list[ClusterGpu]] = {}
-    for gpu in state.gpus:
-        by_node.setdefault(gpu.hostname, []).append(gpu)
+    nodes = {node.hostname: node for node in state.nodes}
     gpu_tally = dict.fromkeys(GpuClass, 0)
     node_tally = dict.fromkeys(GpuClass, 0)
     rows = []
-    for node in sorted(set(by_node) | set(day.gpus_day_ago)):
-        gpus = by_node.get(node, [])
-        counts = dict.fromkeys(GpuClass, 0)
-        for gpu in gpus:
-            counts[gpu_class(gpu)] += 1
+    for host in sorted(set(nodes) | set(day.gpus_day_ago)):
+        node = nodes.get(host)
+        counts = dict(node.counts) if node is not None else dict.fromkeys(GpuClass, 0)
         for kind, number in counts.items():
             gpu_tally[kind] += number
-        worst = max((kind for kind, number in counts.items() if number), key=lambda kind: kind.rank,
-                    default=GpuClass.NOT_REPORTING)
+        worst = node.worst if node is not None else GpuClass.NOT_REPORTING
         node_tally[worst] += 1
-        problems = _problems(gpus) if gpus else "no reading for over an hour (nvdash down or the node gone?)"
+        problems = ("; ".join(node.problems) if node is not None and node.gpus
+                    else "no reading for over an hour (nvdash down or the node gone?)")
         rows.append(NodeRow(
-            node=node, worst=worst, counts=counts,
-            xids=day.xids.get(node, 0), xid_gpus=day.xid_gpus.get(node, 0),
-            xid_now=sum(1 for gpu in gpus if (gpu.value(XID) or 0) != 0 and gpu.reporting),
-            gpus_now=day.gpus_now.get(node, 0) if day.ok_time_s is not None else None,
-            gpus_day_ago=day.gpus_day_ago.get(node), problems=problems))
+            node=host, worst=worst, counts=counts,
+            xids=day.xids.get(host, 0), xid_gpus=day.xid_gpus.get(host, 0),
+            xid_now=node.xid_now if node is not None else 0,
+            gpus_now=day.gpus_now.get(host, 0) if day.ok_time_s is not None else None,
+            gpus_day_ago=day.gpus_day_ago.get(host), problems=problems))
     return FleetView(node_tally, gpu_tally, tuple(sorted(rows, key=NodeRow.sort_key)))
+

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import Enum
 
 from nvdash.cluster.selectors import HOST_LABELS, SeriesScope
 from nvdash.health.quotas import FINDING_KINDS
@@ -69,11 +70,13 @@ GAUGES = (
     "DCGM_FI_DEV_XID_ERRORS",
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
     "DCGM_FI_DEV_PCIE_LINK_GEN", "DCGM_FI_DEV_PCIE_LINK_WIDTH", "DCGM_FI_DEV_PCIE_MAX_LINK_GEN",
-    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "nvdash_gpu_lost",
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "nvdash_gpu_lost", "nvdash_gpu_health_status",
 )
 """The per-GPU families the overview reads (one instant query for all of them, under both namings: a node exporting
 both gives each reading twice, read back to one value per family)."""
 
+HEALTH_STATUS = "nvdash_gpu_health_status"
+"""The node's own health verdict of a GPU (0 OK, 1 warning, 2 critical), from every nvdash node."""
 POD_SM_SHARE = "nvdash_pod_gpu_sm_share_ratio"
 POD_MEMORY = "nvdash_pod_gpu_memory_bytes"
 CORE_QUOTA, MEMORY_QUOTA, QUOTA_FINDING = QUOTA_FAMILIES
@@ -219,12 +222,119 @@ class ClusterPod:
         return f"GPU {self.gpu}"
 
 
+class GpuClass(Enum):
+    """A GPU's place in the fleet's tally, one per GPU, from least to most urgent."""
+
+    OK = "ok"
+    WARNING = "warning"
+    NOT_REPORTING = "not reporting"
+    CRITICAL = "critical"
+    LOST = "lost"
+
+    @property
+    def rank(self) -> int:
+        """0 for OK up to 4 for lost: a node is ranked by its worst GPU."""
+        return list(GpuClass).index(self)
+
+    @property
+    def status(self) -> Status:
+        """The health status the class shows as (a GPU not reporting is a warning, a lost one critical)."""
+        return _CLASS_STATUS[self]
+
+
+_CLASS_STATUS = {GpuClass.OK: Status.OK, GpuClass.WARNING: Status.WARNING, GpuClass.NOT_REPORTING: Status.WARNING,
+                 GpuClass.CRITICAL: Status.CRITICAL, GpuClass.LOST: Status.CRITICAL}
+
+
+def gpu_class(gpu: ClusterGpu) -> GpuClass:
+    """A GPU's class: silent now but seen within the last hour (the nodes page's "no data"), fallen off the bus
+    (``nvdash_gpu_lost``), else its health status."""
+    if not gpu.reporting:
+        return GpuClass.NOT_REPORTING
+    if gpu.value("nvdash_gpu_lost") == 1.0:
+        return GpuClass.LOST
+    if gpu.health.status is Status.CRITICAL:
+        return GpuClass.CRITICAL
+    return GpuClass.WARNING if gpu.health.status is Status.WARNING else GpuClass.OK
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    """One node: its GPUs tallied by class, their mean utilization and memory, and the first reason of each GPU not
+    OK. Built from its GPUs' readings, or at fleet size from PromQL aggregations (``detailed`` False: its GPUs'
+    readings were not fetched)."""
+
+    hostname: str
+    counts: Mapping[GpuClass, int]
+    models: tuple[str, ...] = ()
+    utilization_pct: float | None = None
+    """Mean utilization of the GPUs reporting one, 0-100."""
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    problems: tuple[str, ...] = ()
+    """``GPU 3: <its worst finding>`` for each GPU not OK, by index."""
+    xid_now: int = 0
+    """GPUs whose last XID code is non-zero now."""
+    detailed: bool = True
+    """Its GPUs' readings are in :attr:`ClusterState.gpus`."""
+
+    @property
+    def gpus(self) -> int:
+        """GPUs reporting now or seen within the last hour."""
+        return sum(self.counts.values())
+
+    @property
+    def worst(self) -> GpuClass:
+        """The worst GPU's class (not reporting for a node without GPUs)."""
+        return max((kind for kind, number in self.counts.items() if number), key=lambda kind: kind.rank,
+                   default=GpuClass.NOT_REPORTING)
+
+    @property
+    def status(self) -> Status:
+        """The worst GPU's health, as the overview's outline shows it."""
+        return self.worst.status
+
+
+def node_summary(hostname: str, gpus: Sequence[ClusterGpu]) -> ClusterNode:
+    """A node from its GPUs' readings (the same numbers the fleet-size aggregation gives)."""
+    counts = dict.fromkeys(GpuClass, 0)
+    for gpu in gpus:
+        counts[gpu_class(gpu)] += 1
+    utils = [gpu.utilization_pct for gpu in gpus if gpu.reporting and gpu.utilization_pct is not None]
+    used = [gpu.memory_used_bytes for gpu in gpus if gpu.memory_used_bytes is not None]
+    totals = [gpu.memory_total_bytes for gpu in gpus if gpu.memory_total_bytes is not None]
+    ordered = sorted(gpus, key=lambda gpu: gpu.index)
+    return ClusterNode(
+        hostname=hostname, counts=counts, models=tuple(sorted({gpu.model for gpu in gpus if gpu.model})),
+        utilization_pct=sum(utils) / len(utils) if utils else None,
+        memory_used_bytes=sum(used) if used else None, memory_total_bytes=sum(totals) if totals else None,
+        problems=tuple(f"GPU {gpu.index}: {gpu.health.findings[0].text}" for gpu in ordered
+                       if gpu.health.status is not Status.OK and gpu.health.findings),
+        xid_now=sum(1 for gpu in gpus if gpu.reporting and (gpu.value("DCGM_FI_DEV_XID_ERRORS") or 0) != 0))
+
+
+def summarize(gpus: Iterable[ClusterGpu]) -> tuple[ClusterNode, ...]:
+    """Every node of ``gpus``, sorted by name."""
+    found: dict[str, list[ClusterGpu]] = {}
+    for gpu in gpus:
+        found.setdefault(gpu.hostname, []).append(gpu)
+    return tuple(node_summary(host, found[host]) for host in sorted(found))
+
+
 @dataclass(frozen=True)
 class ClusterState:
-    """What the cluster pages show: the GPUs and pods as of ``time_s``, or why Prometheus could not say."""
+    """What the cluster pages show: the nodes, GPUs and pods as of ``time_s``, or why Prometheus could not say.
+
+    Up to a few hundred GPUs every GPU's readings are fetched and ``nodes`` summarize them; at fleet size
+    (``fleet``) the nodes come from PromQL aggregations and ``gpus`` holds only the GPUs of the nodes fetched in
+    detail (a node chosen on a page, and the nodes with a GPU not OK)."""
 
     time_s: float = 0.0
     gpus: tuple[ClusterGpu, ...] = ()
+    nodes: tuple[ClusterNode, ...] = ()
+    """Every node, sorted by name (made from ``gpus`` when not given)."""
+    fleet: bool = False
+    """The nodes come from aggregations; ``gpus`` holds the detailed nodes' GPUs only."""
     pods: tuple[ClusterPod, ...] = ()
     error: str | None = None
     """The newest failure (Prometheus down, slow, or refusing); the rest is the last good answer."""
@@ -239,10 +349,19 @@ class ClusterState:
     queries_ms: float = 0.0
     """How long the last refresh's queries took together."""
 
+    def __post_init__(self) -> None:
+        if not self.nodes and self.gpus:
+            object.__setattr__(self, "nodes", summarize(self.gpus))
+
     @property
     def hostnames(self) -> list[str]:
         """The nodes, sorted."""
-        return sorted({gpu.hostname for gpu in self.gpus})
+        return [node.hostname for node in self.nodes]
+
+    @property
+    def gpu_count(self) -> int:
+        """Every node's GPUs (reporting, or seen within the last hour)."""
+        return sum(node.gpus for node in self.nodes)
 
     def node(self, hostname: str) -> list[ClusterGpu]:
         """One node's GPUs, by index."""
@@ -340,6 +459,12 @@ def gpu_health(index: int, model: str, uuid: str, values: Mapping[str, float], n
                                               xid.action))
         ordered = tuple(sorted(findings, key=lambda finding: -finding.status.rank))
         health = GpuHealth(index, worst(finding.status for finding in ordered), ordered)
+    verdict = _int(values.get(HEALTH_STATUS))
+    if not sample.lost and verdict in (1, 2) and verdict > health.status.rank:
+        status = Status.CRITICAL if verdict == 2 else Status.WARNING
+        finding = Finding(status, f"{status.label} by its node's own health rules (its node's Health page says why)",
+                          "node")
+        health = GpuHealth(index, status, (finding, *health.findings))
     return health
 
 

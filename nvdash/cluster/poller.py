@@ -14,8 +14,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from nvdash.cluster.model import ClusterState, build_gpus, build_pods, cluster_queries
-from nvdash.cluster.promapi import PrometheusAuthError, PrometheusClient, PrometheusError
+from nvdash.cluster.model import ClusterGpu, ClusterNode, ClusterState, build_gpus, build_pods, cluster_queries
+from nvdash.cluster.nodes import (
+    DETAIL_NODES_MAX,
+    FLEET_FROM_GPUS,
+    NodeAnswers,
+    detail_hosts,
+    detail_queries,
+    fleet_nodes,
+    node_queries,
+)
+from nvdash.cluster.promapi import Answer, PrometheusAuthError, PrometheusClient, PrometheusError
 from nvdash.cluster.selectors import HOST_LABEL, HOST_LABELS, SeriesScope
 from nvdash.supervision import Supervisor
 
@@ -31,10 +40,16 @@ class ClusterPoller:
 
     def __init__(self, client: PrometheusClient, refresh_s: float = DEFAULT_REFRESH_S,
                  clock: Callable[[], float] = time.time, idle_after_s: float = IDLE_AFTER_S,
-                 supervisor: Supervisor | None = None, *, scope: SeriesScope | None = None) -> None:
+                 supervisor: Supervisor | None = None, *, scope: SeriesScope | None = None,
+                 fleet_from_gpus: int = FLEET_FROM_GPUS, detail_nodes_max: int = DETAIL_NODES_MAX) -> None:
         self.client = client
         self.scope = scope if scope is not None else SeriesScope()
         self.queries = cluster_queries(self.scope)
+        self.node_queries = node_queries(self.scope)
+        self.fleet_from_gpus = fleet_from_gpus
+        """Above this many GPUs, nodes are summarized by aggregation and only some nodes' GPUs are read."""
+        self.detail_nodes_max = detail_nodes_max
+        self._wanted_nodes: dict[str, float] = {}
         self.supervisor = supervisor if supervisor is not None else Supervisor()
         self.refresh_s = refresh_s
         self.clock = clock
@@ -64,6 +79,23 @@ class ClusterPoller:
         if sleeping:
             self._wake.set()
 
+    def want_node(self, hostname: str) -> None:
+        """A page shows ``hostname``'s GPUs: at fleet size, read them at every refresh for the next minute (and
+        refresh now if they are not read yet)."""
+        with self._lock:
+            self._wanted_nodes[hostname] = time.monotonic()
+            state = self._state
+        if state.fleet and not any(gpu.hostname == hostname for gpu in state.gpus):
+            self._wake.set()
+
+    def wanted_nodes(self) -> list[str]:
+        """The nodes pages showed within the last minute, the newest first."""
+        horizon = time.monotonic() - self.idle_after_s
+        with self._lock:
+            for host in [host for host, at in self._wanted_nodes.items() if at < horizon]:
+                del self._wanted_nodes[host]
+            return sorted(self._wanted_nodes, key=lambda host: -self._wanted_nodes[host])
+
     def start(self) -> None:
         """Start the thread (it sleeps until a page wants the state)."""
         if self._thread is None:
@@ -88,7 +120,8 @@ class ClusterPoller:
                 continue
             self.refresh()
             self.supervisor.beat(THREAD)
-            self._stop.wait(self.refresh_s)
+            if self._wake.wait(self.refresh_s):  # a page wants a node's GPUs now (or the poller stops)
+                self._wake.clear()
 
     def refresh(self) -> ClusterState:
         """Ask Prometheus once, within the client's timeout for all the queries together, and keep the answer (or,
@@ -121,24 +154,56 @@ class ClusterPoller:
 
     def _ask(self, now: float, deadline: float, previous: ClusterState, began: float) -> ClusterState:
         queries = self.queries
-        current = self.client.instant(queries.gpus, deadline_mono=deadline)
-        seen = self.client.instant(queries.seen, deadline_mono=deadline)
-        allocated = self.client.instant(queries.allocated, deadline_mono=deadline)
-        values = self.client.instant(queries.pod_values, deadline_mono=deadline)
-        idle = self.client.instant(queries.idle, deadline_mono=deadline)
+        ask = self.client.instant
+        reporting = ask(self.node_queries.reporting, deadline_mono=deadline)
+        answers: list[Answer] = [reporting]
+        fleet = sum(sample.value for sample in reporting.samples if sample.value >= 0) > self.fleet_from_gpus
+        if fleet:
+            gpus, nodes = self._fleet(reporting, deadline, now, answers)
+        else:
+            current = ask(queries.gpus, deadline_mono=deadline)
+            seen = ask(queries.seen, deadline_mono=deadline)
+            answers += [current, seen]
+            gpus, nodes = self._gpus(current, seen, now), ()
+        allocated = ask(queries.allocated, deadline_mono=deadline)
+        values = ask(queries.pod_values, deadline_mono=deadline)
+        idle = ask(queries.idle, deadline_mono=deadline)
         host = self._host
         return ClusterState(
-            time_s=now,
-            gpus=build_gpus(((host(s.labels), s.value) for s in current.samples),
-                            (host(s.labels) for s in seen.samples), now),
+            time_s=now, gpus=gpus, nodes=nodes, fleet=fleet,
             pods=build_pods((host(s.labels) for s in allocated.samples),
                             ((host(s.labels), s.value) for s in values.samples),
                             ((host(s.labels), s.value) for s in idle.samples)),
             ok_time_s=now,
-            truncated=any(answer.truncated for answer in (current, seen, allocated, values, idle)),
+            truncated=any(answer.truncated for answer in (*answers, allocated, values, idle)),
             generation=previous.generation + 1,
             queries_ms=(time.perf_counter() - began) * 1000.0,
         )
+
+    def _gpus(self, current: Answer, seen: Answer, now: float) -> tuple[ClusterGpu, ...]:
+        host = self._host
+        return build_gpus(((host(s.labels), s.value) for s in current.samples),
+                          (host(s.labels) for s in seen.samples), now)
+
+    def _fleet(self, reporting: Answer, deadline: float, now: float,
+               answers: list[Answer]) -> tuple[tuple[ClusterGpu, ...], tuple[ClusterNode, ...]]:
+        """The nodes from the aggregations, and the GPUs of the nodes wanted by pages or needing a closer look."""
+        asked = [self.client.instant(query, deadline_mono=deadline) for query in self.node_queries.all()[1:]]
+        answers += asked
+
+        def labelled(answer: Answer) -> list[tuple[Mapping[str, str], float]]:
+            return [(self._host(sample.labels), sample.value) for sample in answer.samples]
+
+        summary = NodeAnswers(labelled(reporting), *(labelled(answer) for answer in asked))
+        hosts = detail_hosts(summary, self.wanted_nodes(), self.detail_nodes_max)
+        gpus: tuple[ClusterGpu, ...] = ()
+        if hosts:
+            readings, seen = detail_queries(self.scope, hosts)
+            current = self.client.instant(readings, deadline_mono=deadline)
+            last_hour = self.client.instant(seen, deadline_mono=deadline)
+            answers += [current, last_hour]
+            gpus = self._gpus(current, last_hour, now)
+        return gpus, fleet_nodes(summary, gpus, hosts)
 
     def _host(self, labels: Mapping[str, str]) -> Mapping[str, str]:
         """``labels`` with the configured host label read as ``Hostname`` (the model's name for it)."""

@@ -10,8 +10,8 @@ from bokeh.models import ColumnDataSource
 from bokeh.models.widgets import DataTable, Div
 
 from nvdash.apps import cluster_fleet
-from nvdash.cluster.fleet import FleetDay, GpuClass, NodeRow, fleet_queries, fleet_view, per_host
-from nvdash.cluster.model import ClusterState, build_gpus
+from nvdash.cluster.fleet import FleetDay, NodeRow, fleet_queries, fleet_view, per_host
+from nvdash.cluster.model import ClusterState, GpuClass, build_gpus
 from nvdash.cluster.selectors import SeriesScope
 
 NOW = 1_800_000_000.0
