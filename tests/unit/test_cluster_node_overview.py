@@ -124,3 +124,30 @@ def test_the_page_shows_node_cells_above_256_gpus_and_a_click_picks_the_node(clo
         assert page.overview.gpus.end == 7.5
     finally:
         cluster.close()
+
+
+def test_at_fleet_size_the_page_draws_the_aggregated_nodes_and_asks_for_the_chosen_nodes_gpus(
+        closed_port: int) -> None:
+    full = fleet(12)
+    summarized = replace(full, gpus=(), fleet=True, nodes=tuple(replace(node, detailed=False) for node in full.nodes))
+    cluster = open_cluster(f"http://127.0.0.1:{closed_port}", timeout_s=1.0)
+    try:
+        doc = Document()
+        page = _NodesPage(doc, replace(make_ctx(rows=()), cluster=cluster), cluster)
+        page._on_state(summarized)
+        # 96 GPUs, yet one cell per node: the nodes' numbers are all the page has.
+        assert page.overview.title.text == NODE_TITLE
+        assert list(page.overview.source.data["node"]) == [f"node-{n:02d}" for n in range(12)]
+        assert page.overview.source.data["label"][3] == "38 %"
+        assert page.rows.data["gpus"] == [8] * 12
+        assert "12 nodes, 96 GPUs" in page.status.text
+        assert page.select.value == "node-00"
+        assert cluster.poller.wanted_nodes() == ["node-00"]
+        assert page.timelines.gpus == ()
+        page.overview.source.selected.indices = [5]
+        assert cluster.poller.wanted_nodes()[0] == "node-05"
+        # The next refresh brings node-05's GPUs: its timelines are drawn.
+        page._on_state(replace(summarized, gpus=full.node("node-05"), generation=2))
+        assert [index for index, _uuid in page.timelines.gpus] == list(range(8))
+    finally:
+        cluster.close()
