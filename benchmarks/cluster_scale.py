@@ -24,7 +24,6 @@ minus the queries), the two pages' models, opening each page (``bokeh.client.pul
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import math
@@ -44,11 +43,8 @@ from typing import Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nvdash.cluster.model import DEFAULT_QUERIES, GAUGES, POD_MEMORY, POD_SM_SHARE, _either
+from nvdash.cluster.model import DEFAULT_QUERIES, GAUGES, HEALTH_STATUS, POD_MEMORY, POD_SM_SHARE
 from nvdash.cluster.selectors import SeriesScope
-
-BEFORE_GPU_QUERY = SeriesScope().series("", f'__name__=~"{_either(GAUGES)}"', 'GPU_I_ID=""')
-"""The overview's query before it kept only the labels it reads."""
 
 POD_FAMILIES = ("nvdash_pod_gpu_allocated", "nvdash_pod_gpu_idle", POD_SM_SHARE, POD_MEMORY,
                 "nvdash_pod_gpu_power_watts", "nvdash_pod_gpu_energy_joules_total")
@@ -119,6 +115,11 @@ def _value(family: str, seed: int, t: float) -> str:
         return "16"
     if family == "DCGM_FI_DEV_FB_RESERVED":
         return "512"
+    if family == HEALTH_STATUS:
+        # The node's own verdict: a few GPUs not OK (about 1 in 1,000 critical, 2 in 1,000 a warning).
+        return "2" if seed % 997 == 0 else "1" if seed % 499 == 0 else "0"
+    if "_DBE_" in family:
+        return "0"  # no uncorrectable ECC error: these GPUs are healthy, as their nodes' verdicts say
     if family.endswith(("_total", "_TOTAL")) or "VIOLATION" in family:
         return str(int(t) % 100_000)
     return "0"
@@ -287,56 +288,74 @@ def prometheus_time(url: str, promql: str) -> tuple[float, float, int]:
 
 
 def measure_queries(url: str, repeat: int, out: Measured) -> None:
-    """Prometheus's time for each instant query of a refresh, then one refresh and the models built on top."""
+    """Prometheus's time for each instant query of a refresh, read every GPU's readings or the nodes aggregated, then
+    one refresh of each kind and the models built on top."""
     from nvdash.apps.cluster_nodes import node_rows, overview_data
     from nvdash.apps.cluster_pods import PodFilter, namespace_rows, pod_rows, shown
+    from nvdash.cluster.nodes import detail_queries, node_queries
     from nvdash.cluster.poller import ClusterPoller
     from nvdash.cluster.promapi import PrometheusClient
 
-    names = ("overview: GPU families", "overview: GPUs seen in 1 h", "pods: allocations", "pods: readings",
-             "pods: idle for 30 min")
-    queries = [(f"before: {names[0]}, every label", BEFORE_GPU_QUERY),
-               *zip(("after: " + names[0], *names[1:]), DEFAULT_QUERIES.all(), strict=True)]
-    total = {"before": 0.0, "after": 0.0}
-    for name, promql in queries:
+    scope = SeriesScope()
+    client = PrometheusClient(url, timeout_s=120.0)
+    every_gpu = ClusterPoller(client, fleet_from_gpus=1 << 40)
+    fleet = ClusterPoller(client)
+    fleet.want_node("node-0500")
+    probe = fleet.refresh()
+    detailed = sorted({gpu.hostname for gpu in probe.gpus})
+    nodes = node_queries(scope)
+    pods = DEFAULT_QUERIES.all()[2:]
+    paths = {
+        "every GPU": [("nodes: GPUs reporting", nodes.reporting), ("per GPU: 21 families", DEFAULT_QUERIES.gpus),
+                      ("per GPU: seen in 1 h", DEFAULT_QUERIES.seen)],
+        "fleet": [(f"nodes: {name}", query) for name, query in zip(
+            ("GPUs reporting", "GPUs seen in 1 h", "sums", "counts", "nodes with verdicts", "verdicts not OK",
+             "XIDs now"), nodes.all(), strict=True)]
+        + [(f"detail: {len(detailed)} nodes, {name}", query)
+           for name, query in zip(("21 families", "seen in 1 h"), detail_queries(scope, detailed), strict=True)],
+    }
+    shared = [(name, query) for name, query in zip(("pods: allocations", "pods: readings", "pods: idle 30 min"),
+                                                   pods, strict=True)]
+    def asked(label: str, promql: str) -> float:
+        """Ask ``promql`` ``repeat`` times, print its row, return the median wall time."""
         runs = [prometheus_time(url, promql) for _ in range(repeat)]
         walls = [wall for wall, _exec, _series in runs]
-        for key in total:
-            if not name.startswith(("before", "after")) or name.startswith(key):
-                total[key] += statistics.median(walls)
         executed = statistics.median(run[1] for run in runs)
-        out.add(f"Prometheus: {name}", walls, f"{runs[-1][2]:,} series, exec {executed:.0f} ms")
+        out.add(f"Prometheus: {label}", walls, f"{runs[-1][2]:,} series, exec {executed:.0f} ms")
+        return statistics.median(walls)
+
+    pods_ms = sum(asked(name, query) for name, query in shared)
+    total = {key: pods_ms + sum(asked(f"{key}: {name}", query) for name, query in queries)
+             for key, queries in paths.items()}
     for key, value in total.items():
-        out.lines.append(f"{'Prometheus: the five, ' + key + ', medians summed':<50} {'':>9} {value:>9.1f}")
+        out.lines.append(f"{'Prometheus: ' + key + ' (with the pods), medians summed':<50} {'':>9} {value:>9.1f}")
         print(out.lines[-1])
-    before = ClusterPoller(PrometheusClient(url, max_series=20_000))
-    before.queries = dataclasses.replace(before.queries, gpus=BEFORE_GPU_QUERY)
-    after = ClusterPoller(PrometheusClient(url))
-    for key, poller in (("before", before), ("after", after)):
+    states = {}
+    for key, poller in (("every GPU", every_gpu), ("fleet", fleet)):
         times = []
         for _ in range(repeat):
             state = poller.refresh()
             times.append(state.queries_ms)
-        reporting = sum(gpu.reporting for gpu in state.gpus)
+        states[key] = state
         out.add(f"{key}: one ClusterPoller refresh", times,
-                f"{reporting:,} of {len(state.gpus):,} GPUs reporting, {len(state.pods):,} pods, "
-                f"truncated={state.truncated}, error={state.error!r}"[:150])
+                f"{state.gpu_count:,} GPUs on {len(state.nodes):,} nodes, {len(state.gpus):,} read one by one, "
+                f"{len(state.pods):,} pods, truncated={state.truncated}, error={state.error!r}"[:160])
         out.lines.append(f"{'  ' + key + ': of which nvdash (- Prometheus)':<50} {'':>9} "
                          f"{statistics.median(times) - total[key]:>9.1f}")
         print(out.lines[-1])
-    every_gpu = 1 << 40
-    times, data = timed(lambda: overview_data(state, gpu_cells_up_to=every_gpu), repeat)
-    out.add("before: /Cluster-Nodes overview, GPU cells", times,
-            f"{len(data['x']):,} cells, {len(json.dumps(data)) / 1e6:.1f} MB")
+    same = [(node.hostname, dict(node.counts), node.utilization_pct, node.memory_used_bytes)
+            for node in states["fleet"].nodes] == [
+        (node.hostname, dict(node.counts), node.utilization_pct, node.memory_used_bytes)
+        for node in states["every GPU"].nodes]
+    out.lines.append(f"the nodes' counts, mean utilization and memory equal on both paths: {same}")
+    print(out.lines[-1])
+    state = states["fleet"]
     times, data = timed(lambda: overview_data(state), repeat)
-    out.add("after: /Cluster-Nodes overview, node cells", times,
+    out.add("/Cluster-Nodes overview, node cells", times,
             f"{len(data['x']):,} cells, {len(json.dumps(data)) / 1e6:.1f} MB")
-    times, _ = timed(lambda: [state.node(host) for host in state.hostnames], repeat)
-    out.add("before: node table's grouping, node() each", times, f"{len(state.hostnames):,} nodes")
-    times, _ = timed(state.by_node, repeat)
-    out.add("after: node table's grouping, by_node()", times, f"{len(state.hostnames):,} nodes")
     times, rows = timed(lambda: node_rows(state), repeat)
-    out.add("after: /Cluster-Nodes node table", times, f"{len(rows['node']):,} rows")
+    out.add("/Cluster-Nodes node table", times, f"{len(rows['node']):,} rows")
+
     def pods_model() -> None:
         pods, shares = shown(state, PodFilter())
         pod_rows(pods, shares)
@@ -408,7 +427,7 @@ def measure_pages(url: str, repeat: int, out: Measured, label: str, env: Mapping
             out.add(f"{label}: open {page}", times, f"document {size / 1e6:.1f} MB; {shown}")
 
 
-def parse() -> tuple[Shape, int, bool, Path | None]:
+def parse() -> tuple[Shape, int, bool, Path | None, Path | None]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--gpus", type=int, default=8)
@@ -425,7 +444,7 @@ def parse() -> tuple[Shape, int, bool, Path | None]:
     parser.add_argument("--before-tree", type=Path, default=None,
                         help="also open the pages from this nvdash source tree (e.g. `git archive` of the base)")
     args = parser.parse_args()
-    families = tuple(default_families()) if args.families == "default" else tuple(
+    families = tuple(dict.fromkeys((*default_families(), HEALTH_STATUS))) if args.families == "default" else tuple(
         dict.fromkeys((*GAUGES, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")))
     shape = Shape(args.nodes, args.gpus, families, args.pod_share, args.span_min * 60.0, args.step,
                   args.history_nodes, args.history_days * 86400.0, args.history_step)
