@@ -69,7 +69,7 @@ def metrics_setup(settings: Settings, hostname: str) -> tuple[MetricsSetup, list
 
 
 def registry_for(store: Store, counters: Sequence[Counter], options: ExportOptions, openmetrics: bool,
-                 accountant: Accountant | None = None,
+                 accountant: Accountant | None = None, *,
                  clock: Callable[[], float] = time.time) -> CollectorRegistry:
     """A registry holding only the store's collector (none of the process's default collectors); ``clock``: the
     server's "now" (a replay's is the recording's end), which the health verdicts are judged at."""
@@ -83,7 +83,7 @@ class MetricsHandler(RequestHandler):
     """Serves one scrape from the store to the scrapers the module's rules admit (401 for the others)."""
 
     def initialize(self, store: Store, counters: Sequence[Counter], options: ExportOptions,
-                   token: str | None = None, accounting: AccountingBook | None = None,
+                   token: str | None = None, accounting: AccountingBook | None = None, *,
                    clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self._clock = clock
@@ -113,7 +113,7 @@ class MetricsHandler(RequestHandler):
         encoder, content_type = choose_encoder(self.request.headers.get("Accept", ""))
         openmetrics = content_type.startswith("application/openmetrics-text")
         registry = registry_for(self._store, self._counters, self._options, openmetrics, self._accountant,
-                                self._clock)
+                                clock=self._clock)
         self.set_header("Cache-Control", "no-store")
         if openmetrics:
             self.set_header("Content-Type", content_type)

@@ -50,12 +50,13 @@ def _agreeing(url: str, host_label: str = "Hostname") -> tuple[dict[str, float],
 
 def _faults_judged(found: tuple[dict[str, float], dict[str, float], dict[str, float]]) -> bool:
     before, judged, after = found
-    return before == judged == after and judged.get("5") == 2 and judged.get("1") == 2 and judged.get("6") == 1
+    return (before == judged == after and judged.get("5") == 2 and judged.get("1") == 2 and judged.get("6") == 1
+            and 0 in judged.values())
 
 
 def test_every_gpus_health_status_is_the_nodes_own_verdict() -> None:
     with nvdash_server([*ARGS, "--hostname", "node-h"], env=FAULTS) as server:
-        before, judged, after = wait_for(lambda: _agreeing(server.url), _faults_judged, timeout_s=60.0)
+        before, judged, _after = wait_for(lambda: _agreeing(server.url), _faults_judged, timeout_s=60.0)
         assert sorted(before, key=int) == [str(gpu) for gpu in range(8)]
         assert before == judged
         assert before["5"] == 2, "a lost GPU is critical"
