@@ -11,7 +11,7 @@ from nvdash.cluster.access import Credentials, PrometheusAccess, tls_context
 from nvdash.cluster.fleet_poller import FleetPoller
 from nvdash.cluster.history import PrometheusHistory
 from nvdash.cluster.poller import DEFAULT_REFRESH_S, ClusterPoller
-from nvdash.cluster.promapi import DEFAULT_TIMEOUT_S, PrometheusClient
+from nvdash.cluster.promapi import PrometheusClient
 from nvdash.cluster.selectors import SeriesScope
 from nvdash.supervision import Supervisor
 
@@ -55,12 +55,14 @@ class ClusterRuntime:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 
-def open_cluster(url: str, timeout_s: float = DEFAULT_TIMEOUT_S, refresh_s: float = DEFAULT_REFRESH_S,
+def open_cluster(url: str, timeout_s: float | None = None, refresh_s: float = DEFAULT_REFRESH_S,
                  supervisor: Supervisor | None = None, access: PrometheusAccess | None = None) -> ClusterRuntime:
     """The cluster runtime for the Prometheus-API endpoint at ``url`` (nothing is asked yet), reached as ``access``
     says (its credential files are read now: raises :class:`~nvdash.cluster.access.CredentialsError`); its poller's
-    thread runs under ``supervisor``."""
+    thread runs under ``supervisor``. Every query (the pollers', the history's, the accounting's: they share the one
+    client) may take ``timeout_s``, by default ``access.timeout_s``."""
     access = access if access is not None else PrometheusAccess()
+    timeout_s = access.timeout_s if timeout_s is None else timeout_s
     if access.insecure_skip_verify:
         log.warning("cluster view: the certificate of Prometheus at %s is not verified "
                     "(--prometheus-insecure-skip-verify)", url)

@@ -19,6 +19,11 @@ from nvdash.cluster.selectors import SeriesScope
 
 log = logging.getLogger(__name__)
 
+DEFAULT_TIMEOUT_S = 5.0
+"""How long one query may take, by default (``--prometheus-timeout``)."""
+MAX_TIMEOUT_S = 120.0
+"""The longest ``--prometheus-timeout``: a page's refresh waits no longer than this for one query."""
+
 
 class CredentialsError(Exception):
     """A credentials file that cannot be used; the message is one line (never the secret)."""
@@ -40,6 +45,8 @@ class PrometheusAccess:
     """Headers sent with every query (``X-Scope-OrgID`` for Mimir, Cortex or Thanos tenants)."""
     scope: SeriesScope = field(default_factory=SeriesScope)
     """The host label and the matchers every series the cluster views select carries."""
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    """How long one query may take before it fails as unanswered (``--prometheus-timeout``)."""
 
 
 def _read(path: str, what: str) -> str:

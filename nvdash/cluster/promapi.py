@@ -31,10 +31,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from nvdash.cluster.access import Credentials
+from nvdash.cluster.access import DEFAULT_TIMEOUT_S, Credentials
 
 FloatArray = npt.NDArray[np.float64]
-DEFAULT_TIMEOUT_S = 5.0
 MAX_SERIES = 200_000
 """The most series one answer may hold; more are cut off (and the answer says so). The cluster overview's answer
 at 1,000 nodes x 8 GPUs holds 160,000 (20 families a GPU): 20,000 cut 7,000 GPUs to "no data"."""

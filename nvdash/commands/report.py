@@ -74,8 +74,8 @@ def _prometheus_report(args: argparse.Namespace, environ: Mapping[str, str], cho
     url = prometheus_url(args.prometheus)
     assert url is not None
     try:
-        client = PrometheusClient(url, headers=dict(access.headers), credentials=Credentials(access),
-                                  tls=tls_context(access))
+        client = PrometheusClient(url, timeout_s=access.timeout_s, headers=dict(access.headers),
+                                  credentials=Credentials(access), tls=tls_context(access))
         rows, truncated = ClusterAccounting(client, access.scope).rows(chosen.start_s, chosen.end_s, args.by)
     except CredentialsError as error:
         raise UsageError(str(error)) from None

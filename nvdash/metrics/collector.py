@@ -16,6 +16,10 @@ Series, as dcgm-exporter writes them:
 - whenever the snapshot's shares name pods, the :data:`~nvdash.metrics.fields.POD_SHARE_FAMILIES`: one series per
   pod's container and GPU or instance, its part of the device's SM time, memory, power and energy (not the device's
   value repeated), and the :data:`~nvdash.metrics.fields.UNATTRIBUTED_FAMILIES` per device: what no owner explains;
+- :data:`~nvdash.metrics.fields.HEALTH_FAMILY` per GPU: the node's own health verdict of it, judged by the one judge
+  the Health page, the index page and ``/api/snapshot.json`` use (:func:`~nvdash.health.status.evaluate`, with the
+  event log and the accountant's idle allocations, at the server's clock), so a cluster view can tell from it alone
+  which GPUs need a closer look;
 - with an accountant (a live server, not a replay), the :data:`~nvdash.metrics.fields.ACCOUNTING_FAMILIES`, one
   series per GPU: ``nvdash_gpu_allocated_idle_seconds``;
 - with ``--metrics-accounting`` and an accountant, the accountant's counters per owner since nvdash started
@@ -37,6 +41,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.metrics_core import Metric
 
 from nvdash.health.quota_judge import store_findings
+from nvdash.health.status import evaluate
 from nvdash.metrics.accounting_families import OwnerBound, accounting_families
 from nvdash.metrics.compat import Naming
 from nvdash.metrics.counters import Counter
@@ -44,6 +49,7 @@ from nvdash.metrics.fields import (
     ACCOUNTING_FAMILIES,
     FAMILIES,
     FIELDS,
+    HEALTH_FAMILY,
     MIG_FIELDS,
     POD_FAMILIES,
     POD_SHARE_FAMILIES,
@@ -51,6 +57,7 @@ from nvdash.metrics.fields import (
     QUOTA_FAMILIES,
     SHARE_FAMILIES,
     UNATTRIBUTED_FAMILIES,
+    WHEN_LOST,
     GpuView,
     MigView,
 )
@@ -65,7 +72,6 @@ if TYPE_CHECKING:
     from nvdash.accounting.accountant import Accountant
     from nvdash.accounting.attribution import Share
 
-LOST_FAMILY = "nvdash_gpu_lost"
 LAST_SAMPLE_FAMILY = "nvdash_last_sample_timestamp_seconds"
 """Unix time of the newest completed sweep (an alert fires when it falls behind)."""
 LAST_PROCESS_SAMPLE_FAMILY = "nvdash_last_process_sample_timestamp_seconds"
@@ -230,6 +236,7 @@ class StoreCollector:
         self.clock = clock
         self.accountant = accountant
         self.counters = [counter for counter in counters if counter.kind != "label" and counter.name in FAMILIES]
+        self.judges = any(counter.name == HEALTH_FAMILY for counter in self.counters)
         self.options = options
         self.openmetrics = openmetrics
         self.label_names = [name for name in GPU_LABELS if name not in options.drop_labels]
@@ -293,13 +300,15 @@ class StoreCollector:
         if snapshot is None:
             return scrape
         infos = {info.index: info for info in self.store.inventory.gpus}
-        xids = last_xids(self.store.events())
+        events = self.store.events()
+        xids = last_xids(events)
         usage = scrape.usage = snapshot.usage
         scrape.shares = snapshot.shares
         allocations = self._allocations(usage)
         if self.accountant is not None:
             scrape.idle_s = idle_seconds(self.accountant)
         owners = self._owners()
+        verdicts = self._verdicts(snapshot, events)
         for sample in snapshot.gpus:
             info = infos.get(sample.index)
             if info is None:
@@ -309,7 +318,7 @@ class StoreCollector:
                 labels[JOB_LABEL] = job_label_value(owners.get(info.index, ()))
             if sample.lost:
                 scrape.lost.add(info.uuid)
-            view = GpuView(info, sample, xids.get(sample.index, 0))
+            view = GpuView(info, sample, xids.get(sample.index, 0), verdicts.get(sample.index))
             scrape.gpus.append((view, self._with_pods(labels, allocations.get(info.uuid, ()))))
         for gpu in usage.gpus if usage is not None else ():
             parent = scrape.devices.get(gpu.uuid)
@@ -331,6 +340,15 @@ class StoreCollector:
                     devices += allocations.get(instance.uuid, ())
                 scrape.migs.append((mig, self._with_pods(labels, devices)))
         return scrape
+
+    def _verdicts(self, snapshot: Snapshot, events: Sequence[GpuEvent]) -> dict[int, int]:
+        """GPU index -> the rank of the node's health verdict of it (empty when the family is not exported): the
+        same judge, inputs and clock as the Health page's, so both say the same of every GPU."""
+        if not self.judges:
+            return {}
+        idle = self.accountant.idle()[1] if self.accountant is not None else ()
+        health = evaluate(self.store.inventory, snapshot, events, self.clock(), idle=idle)
+        return {item.index: item.status.rank for item in health}
 
     def _owners(self) -> dict[int, list[Share]] | None:
         """With the job label on: GPU index -> the accountant's shares of it at its latest reading (none without an
@@ -416,8 +434,8 @@ class StoreCollector:
         add = family.add_sample
         read = FIELDS[name]
         for view, variants in scrape.gpus:
-            if view.sample.lost and name != LOST_FAMILY:
-                continue  # a lost GPU has no readings: only its lost flag
+            if view.sample.lost and name not in WHEN_LOST:
+                continue  # a lost GPU has no readings: only its lost flag and its health
             value = read(view)
             if value is None:
                 continue

@@ -19,11 +19,13 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class GpuView:
-    """What a field reads: the GPU's identity, its newest sample, and the code of its newest XID (0: none)."""
+    """What a field reads: the GPU's identity, its newest sample, the code of its newest XID (0: none), and the rank
+    of the node's health verdict of it (``None``: not judged for this scrape)."""
 
     info: GpuInfo
     sample: GpuSample
     last_xid: int
+    health: int | None = None
 
 
 Reader = Callable[[GpuView], float | None]
@@ -193,8 +195,17 @@ FIELDS: dict[str, Reader] = {
     "nvdash_nvlink_bytes_per_second": lambda v: _sum(v.sample.nvlink_tx_bytes_per_s, v.sample.nvlink_rx_bytes_per_s),
     "nvdash_nvlink_max_bytes_per_second": lambda v: v.info.nvlink_max_bytes_per_s,
     "nvdash_gpu_lost": lambda v: _flag(v.sample.lost),
+    "nvdash_gpu_health_status": lambda v: _count(v.health),
 }
 """Every per-GPU family nvdash can export, by name."""
+
+LOST_FAMILY = "nvdash_gpu_lost"
+"""1 when the GPU stopped answering."""
+HEALTH_FAMILY = "nvdash_gpu_health_status"
+"""The node's own health verdict of the GPU (:class:`~nvdash.health.status.Status` rank: 0 OK, 1 warning, 2
+critical), the one its Health page, index page and snapshot API show."""
+WHEN_LOST = frozenset((LOST_FAMILY, HEALTH_FAMILY))
+"""The per-GPU families a lost GPU still has (it has no readings)."""
 
 
 @dataclass(frozen=True)

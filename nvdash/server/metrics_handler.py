@@ -11,7 +11,8 @@ On a live server the accounting book's accountant adds ``nvdash_gpu_allocated_id
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -68,10 +69,13 @@ def metrics_setup(settings: Settings, hostname: str) -> tuple[MetricsSetup, list
 
 
 def registry_for(store: Store, counters: Sequence[Counter], options: ExportOptions, openmetrics: bool,
-                 accountant: Accountant | None = None) -> CollectorRegistry:
-    """A registry holding only the store's collector (none of the process's default collectors)."""
+                 accountant: Accountant | None = None, *,
+                 clock: Callable[[], float] = time.time) -> CollectorRegistry:
+    """A registry holding only the store's collector (none of the process's default collectors); ``clock``: the
+    server's "now" (a replay's is the recording's end), which the health verdicts are judged at."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(store, counters, options, openmetrics=openmetrics, accountant=accountant))
+    registry.register(StoreCollector(store, counters, options, openmetrics=openmetrics, accountant=accountant,
+                                     clock=clock))
     return registry
 
 
@@ -79,8 +83,10 @@ class MetricsHandler(RequestHandler):
     """Serves one scrape from the store to the scrapers the module's rules admit (401 for the others)."""
 
     def initialize(self, store: Store, counters: Sequence[Counter], options: ExportOptions,
-                   token: str | None = None, accounting: AccountingBook | None = None) -> None:
+                   token: str | None = None, accounting: AccountingBook | None = None, *,
+                   clock: Callable[[], float] = time.time) -> None:
         self._store = store
+        self._clock = clock
         self._counters = counters
         self._options = options
         self._token = token
@@ -106,7 +112,8 @@ class MetricsHandler(RequestHandler):
             return
         encoder, content_type = choose_encoder(self.request.headers.get("Accept", ""))
         openmetrics = content_type.startswith("application/openmetrics-text")
-        registry = registry_for(self._store, self._counters, self._options, openmetrics, self._accountant)
+        registry = registry_for(self._store, self._counters, self._options, openmetrics, self._accountant,
+                                clock=self._clock)
         self.set_header("Cache-Control", "no-store")
         if openmetrics:
             self.set_header("Content-Type", content_type)

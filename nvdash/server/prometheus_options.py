@@ -12,7 +12,15 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nvdash.cluster.access import CredentialsError, PrometheusAccess, read_basic_auth, read_bearer_token, tls_context
+from nvdash.cluster.access import (
+    DEFAULT_TIMEOUT_S,
+    MAX_TIMEOUT_S,
+    CredentialsError,
+    PrometheusAccess,
+    read_basic_auth,
+    read_bearer_token,
+    tls_context,
+)
 from nvdash.cluster.selectors import HOST_LABEL, SelectorError, SeriesScope, check_label_name, parse_matchers
 
 TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
@@ -26,7 +34,7 @@ class PrometheusOptionError(ValueError):
 
 
 NEEDS_URL = ("prometheus_bearer_token_file", "prometheus_basic_auth_file", "prometheus_ca_file",
-             "prometheus_insecure_skip_verify", "prometheus_header", "prometheus_selector")
+             "prometheus_insecure_skip_verify", "prometheus_header", "prometheus_selector", "prometheus_timeout")
 
 
 def add_prometheus_options(group: Any) -> None:
@@ -50,6 +58,10 @@ def add_prometheus_options(group: Any) -> None:
     group.add_argument("--prometheus-selector", default=None, metavar="MATCHERS",
                        help="label matchers every series of the cluster views must carry, e.g. 'job=\"nvdash\"' "
                        "(leaves out a dcgm-exporter scraped beside nvdash)")
+    group.add_argument("--prometheus-timeout", default=None, type=float, metavar="SECONDS",
+                       help=f"how long one query to Prometheus may take (default {DEFAULT_TIMEOUT_S:g}, at most "
+                       f"{MAX_TIMEOUT_S:g}); raise it for a slow Prometheus or Thanos: at 1,000 nodes a refresh asks "
+                       "for tens of thousands of series")
 
 
 def parse_header(text: str) -> tuple[str, str]:
@@ -90,6 +102,16 @@ def _scope(host_label: str | None, selector: str | None) -> SeriesScope:
     return SeriesScope(host_label=label, matchers=matchers)
 
 
+def parse_timeout(value: float | None) -> float:
+    """``--prometheus-timeout``'s seconds (the default when not given); raises :class:`PrometheusOptionError`."""
+    if value is None:
+        return DEFAULT_TIMEOUT_S
+    if not 0 < value <= MAX_TIMEOUT_S:
+        raise PrometheusOptionError(f"--prometheus-timeout must be a number of seconds above 0 and at most "
+                                    f"{MAX_TIMEOUT_S:g}, not {value:g}")
+    return value
+
+
 def prometheus_access(args: argparse.Namespace, environ: Mapping[str, str]) -> PrometheusAccess:
     """The access settings from the parsed options; raises :class:`PrometheusOptionError` (one line). ``environ`` is
     accepted like the other settings builders' (nothing is read from it here: secrets come from files)."""
@@ -113,6 +135,7 @@ def prometheus_access(args: argparse.Namespace, environ: Mapping[str, str]) -> P
         insecure_skip_verify=bool(args.prometheus_insecure_skip_verify),
         headers=headers,
         scope=_scope(args.prometheus_host_label, args.prometheus_selector),
+        timeout_s=parse_timeout(getattr(args, "prometheus_timeout", None)),
     )
     try:
         if access.bearer_token_file is not None:

@@ -31,6 +31,7 @@ from tests.unit.test_apps_health import INVENTORY
 
 GiB = 1024**3
 IDLE = "nvdash_gpu_allocated_idle_seconds"
+HEALTH = "nvdash_gpu_health_status"
 IDLE_AFTER_S = 10.0
 START = 1000.0
 Series = dict[str, list[tuple[dict[str, str], float]]]
@@ -127,6 +128,7 @@ def test_a_lost_gpu_has_no_idle_series(tmp_path: Path) -> None:
     found = families(text_of(store, accountant))
     assert by_gpu(found, IDLE) == {"0": 35.0, "1": 0.0}
     assert by_gpu(found, "nvdash_gpu_lost")["2"] == 1.0
+    assert by_gpu(found, HEALTH) == {"0": 1.0, "1": 0.0, "2": 2.0}, "idle: a warning; lost: critical"
 
 
 def test_without_an_accountant_or_without_its_counters_row_the_gauge_is_absent(tmp_path: Path) -> None:
@@ -136,12 +138,16 @@ def test_without_an_accountant_or_without_its_counters_row_the_gauge_is_absent(t
     assert set(families(text_of(store, accountant, mine))) == {"DCGM_FI_DEV_GPU_UTIL"}
 
 
-def test_the_default_output_is_unchanged_but_for_the_gauge(tmp_path: Path) -> None:
+def test_the_default_output_is_unchanged_but_for_the_gauge_and_the_idle_gpus_health(tmp_path: Path) -> None:
     store, accountant = accounted(tmp_path, START + 30.0)
     before = text_of(store, None)
     after = text_of(store, accountant)
     assert IDLE in after
-    assert "".join(line for line in after.splitlines(keepends=True) if IDLE not in line) == before
+    # Job 555's idle allocation of GPU 0 is a warning of the Health page: the health verdict says so too.
+    assert by_gpu(families(before), HEALTH) == {"0": 0.0, "1": 0.0, "2": 0.0}
+    assert by_gpu(families(after), HEALTH) == {"0": 1.0, "1": 0.0, "2": 0.0}
+    assert "".join(line for line in after.splitlines(keepends=True) if IDLE not in line and HEALTH not in line) == \
+        "".join(line for line in before.splitlines(keepends=True) if HEALTH not in line)
     assert JOB_LABEL not in after
 
 

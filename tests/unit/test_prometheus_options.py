@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from nvdash.cluster import open_cluster
 from nvdash.cluster.access import Credentials, PrometheusAccess, SecretFile, read_bearer_token
 from nvdash.cluster.history import METRICS, PrometheusHistory
 from nvdash.cluster.model import DEFAULT_QUERIES, cluster_queries
@@ -172,3 +173,42 @@ def test_a_long_query_is_posted_as_a_form() -> None:
     assert long.get_header("Content-type") == "application/x-www-form-urlencoded"
     assert isinstance(long.data, bytes)
     assert urllib.parse.parse_qs(long.data.decode("ascii"), strict_parsing=True) == {"query": [query], "step": ["15"]}
+
+
+def test_the_timeout_is_seconds_above_0_and_at_most_120(tmp_path: Path) -> None:
+    assert settings_of().timeout_s == 5.0
+    assert settings_of("--prometheus-timeout", "30").timeout_s == 30.0
+    assert settings_of("--prometheus-timeout", "0.5").timeout_s == 0.5
+    assert settings_of("--prometheus-timeout", "120").timeout_s == 120.0
+    for bad in ("0", "-1", "120.5", "nan", "inf"):
+        assert refusal(f"--prometheus-timeout={bad}") == (
+            f"--prometheus-timeout must be a number of seconds above 0 and at most 120, not {float(bad):g}")
+    assert refusal("--prometheus-timeout", "abc") == "argument --prometheus-timeout: invalid float value: 'abc'"
+    assert refusal("--prometheus-timeout", "30", url=False) == "--prometheus-timeout needs --prometheus"
+
+
+def test_the_timeout_comes_from_the_environment_or_the_config_file(tmp_path: Path) -> None:
+    argv = ["--simulate", "none", "--prometheus", URL]
+    assert parse_settings(argv, {"NVDASH_PROMETHEUS_TIMEOUT": "45"}).prometheus_access.timeout_s == 45.0
+    config = tmp_path / "nvdash.toml"
+    config.write_text("[cluster]\nprometheus-timeout = 60\n")
+    assert parse_settings([*argv, "--config", str(config)], {}).prometheus_access.timeout_s == 60.0
+    assert parse_settings([*argv, "--config", str(config)],
+                          {"NVDASH_PROMETHEUS_TIMEOUT": "7.5"}).prometheus_access.timeout_s == 7.5
+    config.write_text("[cluster]\nprometheus-timeout = 600\n")
+    with pytest.raises(UsageError) as raised:
+        parse_settings([*argv, "--config", str(config)], {})
+    assert str(raised.value) == ("--prometheus-timeout must be a number of seconds above 0 and at most 120, not 600 "
+                                 f"(in {config}, key cluster.prometheus-timeout)")
+    with pytest.raises(UsageError) as raised:
+        parse_settings(argv, {"NVDASH_PROMETHEUS_TIMEOUT": "never"})
+    assert str(raised.value) == ("argument --prometheus-timeout: invalid float value: 'never' "
+                                 "(from $NVDASH_PROMETHEUS_TIMEOUT)")
+
+
+def test_the_client_of_the_cluster_runtime_takes_the_timeout() -> None:
+    cluster = open_cluster(URL, access=settings_of("--prometheus-timeout", "42"))
+    try:
+        assert cluster.client.timeout_s == 42.0
+    finally:
+        cluster.close()
