@@ -273,11 +273,14 @@ def health(
 
 
 def cluster_health(cluster: ClusterRuntime) -> dict[str, Any]:
-    """The cluster pages' Prometheus: its URL, the last refresh's failure (``None``: it answered) and when it last
-    answered (epoch seconds, ``None``: never)."""
+    """The cluster pages' Prometheus: its URL, the last refresh's failure (``None``: it answered), when it last
+    answered (epoch seconds, ``None``: never), how long the last refresh took, and what it held: nodes, GPUs, and
+    whether the nodes were aggregated in PromQL (fleet size) with how many read GPU by GPU."""
     state = cluster.poller.state()
     return {"prometheus": cluster.client.url, "error": state.error, "last_answer_at": state.ok_time_s,
-            "refreshes": state.generation}
+            "refreshes": state.generation, "refresh_ms": round(state.queries_ms, 1), "nodes": len(state.nodes),
+            "gpus": state.gpu_count, "aggregated": state.fleet,
+            "nodes_read_per_gpu": len({gpu.hostname for gpu in state.gpus})}
 
 
 def _listen_on(settings: Settings, *, own_socket: bool = False) -> dict[str, Any]:

@@ -78,6 +78,11 @@ def test_cluster_nodes_lists_every_node_with_health_and_a_node_timeline(cluster:
         assert health["node-b"] == "Critical"
         assert "GPU 0:" in str(dict(zip(nodes["node"], nodes["problems"], strict=True))["node-b"])
         assert nodes["gpus"] == [8, 2, 2]
+        # /health says what the last refresh held: 12 GPUs, every one read (no aggregation at this size).
+        cluster_health = cluster.central.health()["cluster"]
+        assert (cluster_health["nodes"], cluster_health["gpus"], cluster_health["aggregated"],
+                cluster_health["nodes_read_per_gpu"]) == (3, 12, False, 3)
+        assert cluster_health["refresh_ms"] > 0
         cells = page.evaluate(ROWS_JS, "outline")
         assert sorted(zip(cells["node"], cells["gpu"], strict=True)) == sorted(
             [(name, f"GPU {index}") for name, (_a, _e, count) in NODES.items() for index in range(count)])

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from nvdash.cluster.history import PrometheusHistory
+from nvdash.cluster.model import ClusterState, GpuClass
 from nvdash.cluster.poller import ClusterPoller
 from nvdash.cluster.promapi import PrometheusClient, PrometheusError
 from nvdash.health.status import Status
@@ -117,6 +118,30 @@ def test_the_cluster_state_from_prometheus(cluster: tuple[str, dict[str, NvdashS
     assert mig.mig_profile == "3g.20gb"
     assert mig.memory_used_bytes is not None
     assert mig.memory_used_bytes > 1024 * 1024 * 1024
+
+
+def test_the_nodes_aggregated_in_promql_agree_with_every_gpus_readings(
+        cluster: tuple[str, dict[str, NvdashServer]]) -> None:
+    """The fleet-size path (nodes from aggregations, each node's own verdict) over real nodes: the same GPUs by class
+    as every GPU's readings judged here, node-b's XID read GPU by GPU."""
+    url, _servers = cluster
+    client = PrometheusClient(url)
+    every_gpu = ClusterPoller(client, fleet_from_gpus=10**9)
+    aggregated = ClusterPoller(client, fleet_from_gpus=0)
+
+    def tallies(state: ClusterState) -> list[tuple[object, ...]]:
+        return [(node.hostname, dict(node.counts), node.models, node.xid_now) for node in state.nodes]
+
+    def both() -> tuple[ClusterState, ClusterState]:
+        return aggregated.refresh(), every_gpu.refresh()
+
+    fleet, baseline = wait_for(both, lambda found: found[0].gpu_count == 12 and tallies(found[0]) == tallies(found[1]),
+                               timeout_s=90.0)
+    assert fleet.fleet
+    assert not baseline.fleet
+    assert fleet.error is None
+    assert "node-b" in {gpu.hostname for gpu in fleet.gpus}
+    assert next(node for node in fleet.nodes if node.hostname == "node-b").worst is GpuClass.CRITICAL
 
 
 def test_a_node_history_from_prometheus_matches_its_readings(cluster: tuple[str, dict[str, NvdashServer]]) -> None:
