@@ -1,6 +1,6 @@
 """Writes the kustomize files that are made from other files of this repository, so that they never drift:
 
-- ``components/prometheus-operator/prometheusrule.yaml``: one PrometheusRule per alert rule file in
+- ``components/prometheus-operator/prometheusrule.yaml``: one PrometheusRule per rule file in
   ``deploy/prometheus`` (:data:`RULE_FILES`), whose ``spec.groups`` are the file's ``groups``. The file's text is
   indented under ``spec:``, so the rules keep their comments and layout; the result is parsed back and refused
   unless its groups equal the file's.
@@ -23,8 +23,9 @@ from pathlib import Path
 import yaml  # type: ignore[import-untyped]
 
 COMMAND = "python deploy/kubernetes/generate.py"
-RULE_FILES = ("nvdash-alerts.yml", "nvdash-quota-alerts.yml")
-"""The rule files whose promtool tests run in tests/unit/test_alert_rules.py (4.8 naming, nvdash's default)."""
+RULE_FILES = ("nvdash-alerts.yml", "nvdash-quota-alerts.yml", "nvdash-recording-rules.yml")
+"""The rule files whose promtool tests run in tests/unit/test_alert_rules.py (4.8 naming, nvdash's default; the
+recording rules read both namings)."""
 RULES_DIR = Path("deploy") / "prometheus"
 DASHBOARD = Path("deploy") / "grafana" / "nvdash.json"
 PROMETHEUS_RULE = Path("deploy") / "kubernetes" / "components" / "prometheus-operator" / "prometheusrule.yaml"

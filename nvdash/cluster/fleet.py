@@ -11,6 +11,11 @@ a new series and ``changes()`` sees nothing (every series is constant); what a d
 which codes each GPU showed: a node's XIDs are its distinct (GPU, code) pairs with a non-zero code in the last day
 (``max_over_time() > 0``, one standing when the day began included). The same code again on the same GPU is not
 seen (the gauge does not move), nor two codes on a GPU whose exporter leaves out ``err_code``.
+
+With nvdash's recording rules loaded (:mod:`nvdash.cluster.recorded`) the same answers come from their series: the
+non-zero XID codes only (a day of them is a few series, not every GPU's) and each node's GPU count. A recorded XID
+is seen within the rules' evaluation interval of the raw one, and a GPU count a day ago is the node's highest in
+the 15 minutes then rather than its distinct GPUs over them: the same while no GPU changes in those 15 minutes.
 """
 
 from __future__ import annotations
@@ -20,12 +25,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from nvdash.cluster.model import ClusterState, GpuClass, host_of, names
+from nvdash.cluster.recorded import NODE_GPUS, XID_NONZERO
 from nvdash.cluster.selectors import HOST_LABELS, SeriesScope
 
 DAY = "24h"
 DAY_AGO_WINDOW = "15m"
 """A day ago's GPUs are those with a temperature reading in the 15 minutes before that moment (a missed scrape or
 two is no drop)."""
+RECORDED_WINDOW = "24h15m"
+"""How long the recording rules must have been recording for the day's queries to read them: the day, and the
+15 minutes before a day ago."""
 XID = "DCGM_FI_DEV_XID_ERRORS"
 TEMP = "DCGM_FI_DEV_GPU_TEMP"
 
@@ -42,14 +51,26 @@ class FleetQueries:
     """Each node's distinct GPUs (UUIDs) reporting a temperature now."""
     gpus_day_ago: str
     """The same a day ago."""
+    recorded: bool = False
+    """Whether these read the recording rules' series rather than the raw ones."""
 
     def all(self) -> tuple[str, ...]:
         return (self.xids, self.xid_gpus, self.gpus_now, self.gpus_day_ago)
 
 
-def fleet_queries(scope: SeriesScope) -> FleetQueries:
-    """The day's queries, each series selected within ``scope``, under both namings."""
+def fleet_queries(scope: SeriesScope, *, recorded: bool = False) -> FleetQueries:
+    """The day's queries, each series selected within ``scope``: over the raw series under both namings, or over
+    the recording rules' series (``recorded``). Either way a node's XIDs are its distinct (GPU, code) pairs, so a
+    GPU's series repeated per pod counts once."""
     by = ", ".join(scope.host_labels)
+    if recorded:
+        xid_series = f"max_over_time({scope.series(XID_NONZERO)}[{DAY}])"
+        return FleetQueries(
+            xids=f"count by ({by}) (count by ({by}, UUID, err_code) ({xid_series}))",
+            xid_gpus=f"count by ({by}) (count by ({by}, UUID) ({xid_series}))",
+            gpus_now=f"sum by ({by}) ({scope.series(NODE_GPUS)})",
+            gpus_day_ago=f"sum by ({by}) (max_over_time({scope.series(NODE_GPUS)}[{DAY_AGO_WINDOW}] offset 1d))",
+            recorded=True)
 
     def either(template: str, family: str) -> str:
         return " or ".join(template.format(scope.series(name)) for name in names(family))
@@ -58,7 +79,7 @@ def fleet_queries(scope: SeriesScope) -> FleetQueries:
     uuids_now = f"count by ({by}, UUID) ({either('{}', TEMP)})"
     uuids_then = f"count by ({by}, UUID) ({either(f'last_over_time({{}}[{DAY_AGO_WINDOW}] offset 1d)', TEMP)})"
     return FleetQueries(
-        xids=f"count by ({by}) ({xid_series})",
+        xids=f"count by ({by}) (count by ({by}, UUID, err_code) ({xid_series}))",
         xid_gpus=f"count by ({by}) (count by ({by}, UUID) ({xid_series}))",
         gpus_now=f"count by ({by}) ({uuids_now})",
         gpus_day_ago=f"count by ({by}) ({uuids_then})",
@@ -94,6 +115,8 @@ class FleetDay:
     error: str | None = None
     generation: int = 0
     queries_ms: float = 0.0
+    recorded: bool = False
+    """Whether the answers came from the recording rules' series (else the raw series)."""
 
 
 @dataclass(frozen=True)

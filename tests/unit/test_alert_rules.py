@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from nvdash.cluster.recorded import NODE_GPUS, RULES_INFO, RULES_VERSION, XID_NONZERO
 from nvdash.metrics import rules_compat
 from nvdash.metrics.collector import LAST_PROCESS_SAMPLE_FAMILY, LAST_SAMPLE_FAMILY
 from nvdash.metrics.compat import LABEL_RENAMES_4_9, RENAMES_4_9
@@ -88,8 +89,28 @@ QUOTA_TESTS = PROMETHEUS / "tests" / "nvdash-quota-alerts-test.yml"
 """The GPUQuota group: nvdash's own quota families, the same under every dcgm-exporter naming."""
 
 
+RECORDING_RULES = PROMETHEUS / "nvdash-recording-rules.yml"
+RECORDING_TESTS = PROMETHEUS / "tests" / "nvdash-recording-rules-test.yml"
+"""The nvdash-fleet group: recording rules that read both namings, so one file serves every naming."""
+
+
 def test_every_rule_test_file_belongs_to_a_naming() -> None:
-    assert sorted([NAMING_4_8.tests, NAMING_4_9.tests, QUOTA_TESTS]) == RULE_TESTS
+    assert sorted([NAMING_4_8.tests, NAMING_4_9.tests, QUOTA_TESTS, RECORDING_TESTS]) == RULE_TESTS
+
+
+def test_promtool_checks_and_tests_the_recording_rules(load: Load) -> None:
+    promtool("check", "rules", relative(RECORDING_RULES))
+    promtool("test", "rules", relative(RECORDING_TESTS))
+    groups = load(RECORDING_RULES)["groups"]
+    assert [(group["name"], group["interval"]) for group in groups] == [("nvdash-fleet", "30s")]
+    assert [rule["record"] for rule in groups[0]["rules"]] == [RULES_INFO, XID_NONZERO, NODE_GPUS]
+    assert groups[0]["rules"][0]["labels"] == {"version": RULES_VERSION}
+    # One file for every naming: each family is read under both names.
+    text = RECORDING_RULES.read_text(encoding="utf-8").split("groups:", 1)[1]
+    for family in ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_GPU_TEMP"):
+        assert re.search(rf"\b{family}\b", text)
+        assert re.search(rf"\b{RENAMES_4_9[family].name}\b", text)
+    assert "nvdash-recording-rules.yml" in load(CONFIG)["rule_files"]
 
 
 def test_promtool_checks_and_tests_the_quota_rules(load: Load) -> None:

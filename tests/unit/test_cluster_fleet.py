@@ -85,8 +85,9 @@ def test_before_the_days_answer_nothing_counts_as_dropped() -> None:
 
 def test_the_days_queries_aggregate_by_host_within_the_scope() -> None:
     queries = fleet_queries(SeriesScope(matchers=('job="nvdash"',)))
-    assert queries.xids == ('count by (Hostname, hostname) ((max_over_time(DCGM_FI_DEV_XID_ERRORS{job="nvdash"}[24h]) '
-                            'or max_over_time(DCGM_FI_DEV_XID_ERROR{job="nvdash"}[24h])) > 0)')
+    assert queries.xids == ('count by (Hostname, hostname) (count by (Hostname, hostname, UUID, err_code) ('
+                            '(max_over_time(DCGM_FI_DEV_XID_ERRORS{job="nvdash"}[24h]) '
+                            'or max_over_time(DCGM_FI_DEV_XID_ERROR{job="nvdash"}[24h])) > 0))')
     assert queries.gpus_day_ago == (
         'count by (Hostname, hostname) (count by (Hostname, hostname, UUID) ('
         'last_over_time(DCGM_FI_DEV_GPU_TEMP{job="nvdash"}[15m] offset 1d) '
@@ -144,7 +145,7 @@ def test_the_days_round_keeps_its_last_answer_and_says_why_it_failed() -> None:
         rogue.behaviour = Behaviour(raw=vector({"metric": {"Hostname": "node-a"}, "value": [NOW, "3"]}))
         poller = FleetPoller(PrometheusClient(url, timeout_s=2.0), clock=lambda: NOW)
         good = poller.refresh()
-        assert rogue.requests == 4  # one query each, one series per node
+        assert rogue.requests == 1 + 4  # whether the recording rules cover the day, then one query each
         assert (good.xids, good.gpus_day_ago, good.error, good.ok_time_s) == ({"node-a": 3}, {"node-a": 3}, None, NOW)
         rogue.behaviour = Behaviour(raw=vector(1, 2))
         failed = poller.refresh()

@@ -120,6 +120,7 @@ def test_the_manifests_are_one_namespace_with_a_daemonset_service_and_servicemon
     assert sorted((item["kind"], item["metadata"]["name"]) for item in objects) == sorted([
         ("Namespace", "nvdash"), ("DaemonSet", "nvdash"), ("Service", "nvdash"), ("ServiceMonitor", "nvdash"),
         ("PrometheusRule", "nvdash-alerts"), ("PrometheusRule", "nvdash-quota-alerts"),
+        ("PrometheusRule", "nvdash-recording-rules"),
         ("ConfigMap", "nvdash-grafana-dashboard")])
     namespace = docs["Namespace"]["metadata"]["name"]
     assert namespace == "nvdash"

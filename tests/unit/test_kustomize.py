@@ -33,7 +33,8 @@ SCHEMAS = ROOT / "tests" / "data" / "prometheus-operator"
 CRD_SCHEMAS = {"ServiceMonitor": SCHEMAS / "servicemonitors.v1.schema.yaml",
                "PrometheusRule": SCHEMAS / "prometheusrules.v1.schema.yaml"}
 RULE_FILES = {"nvdash-alerts": ROOT / "deploy" / "prometheus" / "nvdash-alerts.yml",
-              "nvdash-quota-alerts": ROOT / "deploy" / "prometheus" / "nvdash-quota-alerts.yml"}
+              "nvdash-quota-alerts": ROOT / "deploy" / "prometheus" / "nvdash-quota-alerts.yml",
+              "nvdash-recording-rules": ROOT / "deploy" / "prometheus" / "nvdash-recording-rules.yml"}
 DASHBOARD = ROOT / "deploy" / "grafana" / "nvdash.json"
 README = kustomize.KUBERNETES / "README.md"
 RELEASE = {"release": "kube-prometheus-stack"}
@@ -179,7 +180,7 @@ def test_the_operators_objects_validate_against_its_crd_schemas(
         rendered: dict[str, list[dict[str, Any]]], crd_validators: dict[str, jsonschema.protocols.Validator]) -> None:
     for overlay in ("prometheus-operator", "kube-prometheus-stack"):
         custom = [item for item in rendered[overlay] if item["apiVersion"] == "monitoring.coreos.com/v1"]
-        assert sorted(item["kind"] for item in custom) == ["PrometheusRule", "PrometheusRule", "ServiceMonitor"]
+        assert sorted(item["kind"] for item in custom) == ["PrometheusRule"] * len(RULE_FILES) + ["ServiceMonitor"]
         for item in custom:
             assert not crd_errors(crd_validators, item), (overlay, item["metadata"]["name"])
     for overlay in ("plain", "pods", "grafana"):
@@ -212,7 +213,7 @@ def test_each_prometheusrule_holds_its_rule_files_groups(rendered: dict[str, lis
 def test_the_operators_objects_carry_the_release_label_that_kube_prometheus_stack_selects(
         rendered: dict[str, list[dict[str, Any]]]) -> None:
     custom = [item for item in rendered["kube-prometheus-stack"] if item["apiVersion"] == "monitoring.coreos.com/v1"]
-    assert len(custom) == 3
+    assert len(custom) == len(RULE_FILES) + 1
     for item in custom:
         assert item["metadata"]["labels"]["release"] == RELEASE["release"], item["metadata"]["name"]
 
@@ -233,7 +234,7 @@ def test_the_readmes_release_label_patch_relabels_the_operators_objects(kubectl:
     labels = {(item["kind"], item["metadata"]["name"]): item["metadata"]["labels"].get("release")
               for item in objects if item["apiVersion"] == "monitoring.coreos.com/v1"}
     assert set(labels.values()) == {"prometheus"}, labels
-    assert len(labels) == 3
+    assert len(labels) == len(RULE_FILES) + 1
     # The patch touches the operator's objects only.
     assert all("release" not in item["metadata"].get("labels", {}) for item in objects
                if item["apiVersion"] != "monitoring.coreos.com/v1")
