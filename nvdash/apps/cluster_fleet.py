@@ -94,7 +94,9 @@ def day_html(fleet: FleetPoller, day: FleetDay) -> str:
                 f"{escape(day.error)} · {every}{since}</span>")
     if day.ok_time_s is None:
         return f"XIDs and GPU counts of the last {DAY}: waiting for the first answer …"
-    return f"XIDs and GPU counts of the last {DAY}: as of {clock_text(day.ok_time_s)} · {every}"
+    source = ("from the recording rules" if day.recorded else
+              "from the raw series (load nvdash-recording-rules.yml into Prometheus to make this cheap)")
+    return f"XIDs and GPU counts of the last {DAY}: as of {clock_text(day.ok_time_s)} · {every} · {source}"
 
 
 def _table(dark: bool) -> tuple[Any, ColumnDataSource]:

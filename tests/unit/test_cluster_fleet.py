@@ -3,6 +3,7 @@ the day's queries aggregate by host within the series scope; the page builds ove
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from bokeh.document import Document
@@ -147,6 +148,10 @@ def test_the_days_round_keeps_its_last_answer_and_says_why_it_failed() -> None:
         good = poller.refresh()
         assert rogue.requests == 1 + 4  # whether the recording rules cover the day, then one query each
         assert (good.xids, good.gpus_day_ago, good.error, good.ok_time_s) == ({"node-a": 3}, {"node-a": 3}, None, NOW)
+        assert good.recorded  # the presence query answered a series: the rules have recorded for the whole day
+        assert cluster_fleet.day_html(poller, good).endswith(" · from the recording rules")
+        assert "from the raw series (load nvdash-recording-rules.yml" in cluster_fleet.day_html(
+            poller, dataclasses.replace(good, recorded=False))
         rogue.behaviour = Behaviour(raw=vector(1, 2))
         failed = poller.refresh()
     assert failed.error == f"Prometheus at {url} answered a malformed result: result[0] is 1, not a series object"
