@@ -11,6 +11,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
+from html import escape
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -226,6 +227,12 @@ class NodeTimelines:
         self.holder.children = [self._build(gpus)]
         return True
 
+    def waiting(self, hostname: str) -> None:
+        """At fleet size a node's GPUs are read once a page chooses it: say so until the next refresh brings them."""
+        self.history.hostname = hostname
+        self.gpus = ()
+        self.holder.children = [Div(text=f"Reading the GPUs of {escape(hostname)} from Prometheus …")]
+
     def _build(self, gpus: Sequence[ClusterGpu]) -> Any:
         self.panels = node_panels(gpus)
         self.source = ColumnDataSource(data=history_data(np.zeros(0), {}, self.panels))
@@ -397,6 +404,8 @@ class _NodesPage:
         self.cluster.poller.want_node(hostname)
         gpus = self.state.node(hostname)
         if not gpus:
+            if self.state.fleet and self.timelines.history.hostname != hostname:
+                self.timelines.waiting(hostname)
             return
         if self.timelines.set_node(hostname, gpus):
             if self.control.time_range is None:

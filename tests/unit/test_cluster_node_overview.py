@@ -146,6 +146,7 @@ def test_at_fleet_size_the_page_draws_the_aggregated_nodes_and_asks_for_the_chos
         assert page.timelines.gpus == ()
         page.overview.source.selected.indices = [5]
         assert cluster.poller.wanted_nodes()[0] == "node-05"
+        assert page.holder.children[0].text == "Reading the GPUs of node-05 from Prometheus …"
         # The next refresh brings node-05's GPUs: its timelines are drawn.
         page._on_state(replace(summarized, gpus=full.node("node-05"), generation=2))
         assert [index for index, _uuid in page.timelines.gpus] == list(range(8))
