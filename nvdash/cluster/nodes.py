@@ -61,7 +61,7 @@ class NodeQueries:
     """Per node and family (either naming), the sum of each GPU's utilization and framebuffer used, free, reserved
     (a GPU repeated per pod once)."""
     counts: str
-    """How many GPUs each of those sums adds up."""
+    """How many GPUs the utilization sum adds up (per node and naming)."""
     verdict_nodes: str
     """Per node, the GPUs with a verdict of their node's own (nodes without one are judged here, in detail)."""
     verdicts: str
@@ -82,12 +82,13 @@ def node_queries(scope: SeriesScope) -> NodeQueries:
     seen += f" or last_over_time({scope.series(REPORTING_FAMILIES[1])}[{SEEN_WINDOW}])"
     summed = scope.series("", f'__name__=~"{_either(SUMMED)}"', whole)
     per_gpu = f"max by (__name__, {hosts}, gpu) ({summed})"
+    utilization = scope.series("", f'__name__=~"{_either(SUMMED[:1])}"', whole)
     xid = " or ".join(f"{scope.series(name, whole)} != 0" for name in names(XID))
     return NodeQueries(
         reporting=f"count by ({hosts}, modelName) (group by ({hosts}, gpu, modelName) ({reporting}))",
         seen=f"count by ({hosts}) (group by ({hosts}, gpu) ({seen}))",
         sums=f"sum by (__name__, {hosts}) ({per_gpu})",
-        counts=f"count by (__name__, {hosts}) ({per_gpu})",
+        counts=f"count by (__name__, {hosts}) (max by (__name__, {hosts}, gpu) ({utilization}))",
         verdict_nodes=f"count by ({hosts}) (group by ({hosts}, gpu) ({scope.series(HEALTH_STATUS)}))",
         verdicts=f"max by ({hosts}, gpu) ({scope.series(HEALTH_STATUS)}) > 0",
         xids=f"max by ({hosts}, gpu) ({xid})",
