@@ -111,7 +111,7 @@ def gpu_labels(scope: SeriesScope) -> tuple[str, ...]:
     x 20 families the answer is not also carrying every series' driver version, PCI bus, device, pod, instance and
     job labels (half its bytes, decoded for nothing). ``max`` merges what differed only in those (a GPU's series
     exported once per pod sharing it: the same value)."""
-    return ("__name__", *scope.host_labels, "gpu", "UUID", "modelName")
+    return ("__name__", *scope.host_labels, "gpu", "UUID", "modelName", *scope.group_labels)
 
 
 def cluster_queries(scope: SeriesScope) -> ClusterQueries:
@@ -127,7 +127,7 @@ def cluster_queries(scope: SeriesScope) -> ClusterQueries:
                           for name in names("DCGM_FI_DEV_GPU_UTIL"))))
     return ClusterQueries(
         gpus=f"max by ({', '.join(gpu_labels(scope))}) ({gpu_selector})",
-        seen=f"group by ({', '.join(scope.host_labels)}, gpu, UUID, modelName) ({seen})",
+        seen=f"group by ({', '.join((*scope.host_labels, 'gpu', 'UUID', 'modelName', *scope.group_labels))}) ({seen})",
         allocated=scope.series("nvdash_pod_gpu_allocated"),
         pod_values=scope.series("", f'__name__=~"{pod_families}"', in_pod),
         idle=idle,
@@ -154,6 +154,8 @@ class ClusterGpu:
     health: GpuHealth
     reporting: bool = True
     """False when the GPU was seen within the last hour but Prometheus has no current reading of it."""
+    group: str = ""
+    """Its node's group (the value of ``--prometheus-group-label``), ``""`` when none."""
 
     def value(self, name: str) -> float | None:
         """A family's value, ``None`` where unknown."""
@@ -277,6 +279,8 @@ class ClusterNode:
     """GPUs whose last XID code is non-zero now."""
     detailed: bool = True
     """Its GPUs' readings are in :attr:`ClusterState.gpus`."""
+    group: str = ""
+    """Its group (the value of ``--prometheus-group-label``), ``""`` when none."""
 
     @property
     def gpus(self) -> int:
@@ -310,7 +314,8 @@ def node_summary(hostname: str, gpus: Sequence[ClusterGpu]) -> ClusterNode:
         memory_used_bytes=sum(used) if used else None, memory_total_bytes=sum(totals) if totals else None,
         problems=tuple(f"GPU {gpu.index}: {gpu.health.findings[0].text}" for gpu in ordered
                        if gpu.health.status is not Status.OK and gpu.health.findings),
-        xid_now=sum(1 for gpu in gpus if gpu.reporting and (gpu.value("DCGM_FI_DEV_XID_ERRORS") or 0) != 0))
+        xid_now=sum(1 for gpu in gpus if gpu.reporting and (gpu.value("DCGM_FI_DEV_XID_ERRORS") or 0) != 0),
+        group=next((gpu.group for gpu in gpus if gpu.group), ""))
 
 
 def summarize(gpus: Iterable[ClusterGpu]) -> tuple[ClusterNode, ...]:
@@ -476,9 +481,9 @@ def _gpu_key(labels: Mapping[str, str]) -> tuple[str, str] | None:
 
 
 def build_gpus(current: Iterable[tuple[Mapping[str, str], float]], seen: Iterable[Mapping[str, str]],
-               now_s: float) -> tuple[ClusterGpu, ...]:
+               now_s: float, group_label: str = "") -> tuple[ClusterGpu, ...]:
     """The GPUs from the overview's instant query (``__name__`` on each sample, either naming) and the last hour's GPU
-    list."""
+    list; each GPU's group read from ``group_label`` (``""``: none)."""
     gpus: dict[tuple[str, str], _Gpu] = {}
     for labels, number in current:
         key = _gpu_key(labels)
@@ -497,7 +502,8 @@ def build_gpus(current: Iterable[tuple[Mapping[str, str], float]], seen: Iterabl
         reporting = bool(gpu.values)
         model, uuid = gpu.labels.get("modelName", ""), gpu.labels.get("UUID", "")
         health = gpu_health(int(index), model, uuid, gpu.values, now_s, reporting=reporting)
-        result.append(ClusterGpu(host, int(index), uuid, model, dict(gpu.values), health, reporting))
+        group = gpu.labels.get(group_label, "") if group_label else ""
+        result.append(ClusterGpu(host, int(index), uuid, model, dict(gpu.values), health, reporting, group))
     return tuple(sorted(result, key=lambda gpu: (gpu.hostname, gpu.index)))
 
 

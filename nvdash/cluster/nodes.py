@@ -76,6 +76,7 @@ class NodeQueries:
 def node_queries(scope: SeriesScope) -> NodeQueries:
     """The summary's queries, every series selected within ``scope``."""
     hosts = ", ".join(scope.host_labels)
+    grouped = ", ".join(("modelName", *scope.group_labels))
     whole = 'GPU_I_ID=""'
     reporting = scope.series("", f'__name__=~"{_either(REPORTING_FAMILIES)}"', whole)
     seen = " or ".join(f"last_over_time({scope.series(name)}[{SEEN_WINDOW}])" for name in names(REPORTING_FAMILIES[0]))
@@ -85,7 +86,7 @@ def node_queries(scope: SeriesScope) -> NodeQueries:
     utilization = scope.series("", f'__name__=~"{_either(SUMMED[:1])}"', whole)
     xid = " or ".join(f"{scope.series(name, whole)} != 0" for name in names(XID))
     return NodeQueries(
-        reporting=f"count by ({hosts}, modelName) (group by ({hosts}, gpu, modelName) ({reporting}))",
+        reporting=f"count by ({hosts}, {grouped}) (group by ({hosts}, gpu, {grouped}) ({reporting}))",
         seen=f"count by ({hosts}) (group by ({hosts}, gpu) ({seen}))",
         sums=f"sum by (__name__, {hosts}) ({per_gpu})",
         counts=f"count by (__name__, {hosts}) (max by (__name__, {hosts}, gpu) ({utilization}))",
@@ -116,7 +117,8 @@ Labelled = Iterable[tuple[Mapping[str, str], float]]
 
 @dataclass(frozen=True)
 class NodeAnswers:
-    """The summary queries' answers, each series' host label read as ``Hostname``."""
+    """The summary queries' answers, each series' host label read as ``Hostname``; the nodes' groups read from
+    ``group_label`` of the reporting answer."""
 
     reporting: Labelled
     seen: Labelled
@@ -125,6 +127,7 @@ class NodeAnswers:
     verdict_nodes: Labelled
     verdicts: Labelled
     xids: Labelled
+    group_label: str = ""
 
 
 @dataclass
@@ -132,6 +135,7 @@ class _Tally:
     reporting: int = 0
     seen: int = 0
     models: tuple[str, ...] = ()
+    group: str = ""
     verdicts: int = 0
     gpu_verdicts: dict[int, int] | None = None
     xids: dict[int, int] | None = None
@@ -160,6 +164,8 @@ def _tallies(answers: NodeAnswers) -> tuple[dict[str, _Tally], dict[str, dict[st
             model = labels.get("modelName", "")
             if model and model not in found.models:
                 found.models = tuple(sorted((*found.models, model)))
+            if answers.group_label and not found.group:
+                found.group = labels.get(answers.group_label, "")
     for labels, value in answers.seen:
         found = tally(labels)
         if found is not None and _finite(value):
@@ -272,7 +278,7 @@ def _summary(host: str, tally: _Tally, sums: Mapping[str, float], counts: Mappin
         utilization_pct=util / util_count if util is not None and util_count else None,
         memory_used_bytes=None if used is None else used * MIB, memory_total_bytes=total,
         problems=tuple(f"GPU {index}: {why}" for index, (_status, why) in sorted(statuses.items())),
-        xid_now=len(tally.xids or {}), detailed=False)
+        xid_now=len(tally.xids or {}), detailed=False, group=tally.group)
 
 
 __all__ = ["DETAIL_NODES_MAX", "FLEET_FROM_GPUS", "NodeAnswers", "NodeQueries", "detail_hosts",

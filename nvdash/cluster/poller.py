@@ -183,7 +183,7 @@ class ClusterPoller:
     def _gpus(self, current: Answer, seen: Answer, now: float) -> tuple[ClusterGpu, ...]:
         host = self._host
         return build_gpus(((host(s.labels), s.value) for s in current.samples),
-                          (host(s.labels) for s in seen.samples), now)
+                          (host(s.labels) for s in seen.samples), now, self.scope.group_label)
 
     def _fleet(self, reporting: Answer, deadline: float, now: float,
                answers: list[Answer]) -> tuple[tuple[ClusterGpu, ...], tuple[ClusterNode, ...]]:
@@ -194,7 +194,9 @@ class ClusterPoller:
         def labelled(answer: Answer) -> list[tuple[Mapping[str, str], float]]:
             return [(self._host(sample.labels), sample.value) for sample in answer.samples]
 
-        summary = NodeAnswers(labelled(reporting), *(labelled(answer) for answer in asked))
+        last_hour_nodes, sums, counts, verdict_nodes, verdicts, xids = (labelled(answer) for answer in asked)
+        summary = NodeAnswers(labelled(reporting), last_hour_nodes, sums, counts, verdict_nodes, verdicts, xids,
+                              group_label=self.scope.group_label)
         hosts = detail_hosts(summary, self.wanted_nodes(), self.detail_nodes_max)
         gpus: tuple[ClusterGpu, ...] = ()
         if hosts:

@@ -80,6 +80,14 @@ class SeriesScope:
     """The label naming a series' node (``Hostname``: dcgm-exporter 4.9's ``hostname`` is read too)."""
     matchers: tuple[str, ...] = ()
     """Label matchers (from :func:`parse_matchers`) every selected series must match."""
+    group_label: str = ""
+    """A label grouping the nodes (``rack``, ``zone``, a Kubernetes node pool: ``--prometheus-group-label``); ``""``:
+    none. The nodes pages show a node's group, put each group's nodes together and filter by it."""
+
+    @property
+    def group_labels(self) -> tuple[str, ...]:
+        """The group label, to add to an aggregation's ``by`` (none when not set)."""
+        return (self.group_label,) if self.group_label else ()
 
     @property
     def host_labels(self) -> tuple[str, ...]:

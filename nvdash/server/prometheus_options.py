@@ -21,7 +21,14 @@ from nvdash.cluster.access import (
     read_bearer_token,
     tls_context,
 )
-from nvdash.cluster.selectors import HOST_LABEL, SelectorError, SeriesScope, check_label_name, parse_matchers
+from nvdash.cluster.selectors import (
+    HOST_LABEL,
+    HOST_LABELS,
+    SelectorError,
+    SeriesScope,
+    check_label_name,
+    parse_matchers,
+)
 
 TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 """An HTTP header name (RFC 9110's token)."""
@@ -34,7 +41,8 @@ class PrometheusOptionError(ValueError):
 
 
 NEEDS_URL = ("prometheus_bearer_token_file", "prometheus_basic_auth_file", "prometheus_ca_file",
-             "prometheus_insecure_skip_verify", "prometheus_header", "prometheus_selector", "prometheus_timeout")
+             "prometheus_insecure_skip_verify", "prometheus_header", "prometheus_selector", "prometheus_timeout",
+             "prometheus_group_label")
 
 
 def add_prometheus_options(group: Any) -> None:
@@ -58,6 +66,10 @@ def add_prometheus_options(group: Any) -> None:
     group.add_argument("--prometheus-selector", default=None, metavar="MATCHERS",
                        help="label matchers every series of the cluster views must carry, e.g. 'job=\"nvdash\"' "
                        "(leaves out a dcgm-exporter scraped beside nvdash)")
+    group.add_argument("--prometheus-group-label", default=None, metavar="NAME",
+                       help="a label grouping the nodes, e.g. rack, zone or a node pool (on the nodes' series, from "
+                       "relabelling): the cluster pages show each node's group, put a group's nodes together and "
+                       "filter by it (?group=VALUE)")
     group.add_argument("--prometheus-timeout", default=None, type=float, metavar="SECONDS",
                        help=f"how long one query to Prometheus may take (default {DEFAULT_TIMEOUT_S:g}, at most "
                        f"{MAX_TIMEOUT_S:g}); raise it for a slow Prometheus or Thanos: at 1,000 nodes a refresh asks "
@@ -88,18 +100,24 @@ def _headers(given: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
     return headers
 
 
-def _scope(host_label: str | None, selector: str | None) -> SeriesScope:
+def _scope(host_label: str | None, selector: str | None, group_label: str | None = None) -> SeriesScope:
     try:
         label = check_label_name(host_label.strip()) if host_label is not None else HOST_LABEL
     except SelectorError as error:
         raise PrometheusOptionError(f"--prometheus-host-label: {error}") from None
+    try:
+        group = check_label_name(group_label.strip()) if group_label is not None else ""
+    except SelectorError as error:
+        raise PrometheusOptionError(f"--prometheus-group-label: {error}") from None
+    if group and group in (label, *HOST_LABELS, "gpu", "UUID", "modelName", "__name__"):
+        raise PrometheusOptionError(f"--prometheus-group-label {group} names a node or a GPU, not a group of nodes")
     try:
         matchers = parse_matchers(selector) if selector is not None else ()
     except SelectorError as error:
         raise PrometheusOptionError(f"--prometheus-selector: {error}") from None
     if selector is not None and not matchers:
         raise PrometheusOptionError("--prometheus-selector is empty (leave it out to select every series)")
-    return SeriesScope(host_label=label, matchers=matchers)
+    return SeriesScope(host_label=label, matchers=matchers, group_label=group)
 
 
 def parse_timeout(value: float | None) -> float:
@@ -134,7 +152,8 @@ def prometheus_access(args: argparse.Namespace, environ: Mapping[str, str]) -> P
         ca_file=args.prometheus_ca_file or None,
         insecure_skip_verify=bool(args.prometheus_insecure_skip_verify),
         headers=headers,
-        scope=_scope(args.prometheus_host_label, args.prometheus_selector),
+        scope=_scope(args.prometheus_host_label, args.prometheus_selector,
+                     getattr(args, "prometheus_group_label", None)),
         timeout_s=parse_timeout(getattr(args, "prometheus_timeout", None)),
     )
     try:

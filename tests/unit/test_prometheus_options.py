@@ -15,6 +15,7 @@ from nvdash.cluster import open_cluster
 from nvdash.cluster.access import Credentials, PrometheusAccess, SecretFile, read_bearer_token
 from nvdash.cluster.history import METRICS, PrometheusHistory
 from nvdash.cluster.model import DEFAULT_QUERIES, cluster_queries
+from nvdash.cluster.nodes import detail_queries, node_queries
 from nvdash.cluster.pod_history import SM_SHARE, pod_expression
 from nvdash.cluster.promapi import MAX_GET_URL, PrometheusClient
 from nvdash.cluster.selectors import HOST_LABELS, SelectorError, SeriesScope, parse_matchers
@@ -142,6 +143,24 @@ def test_a_host_label_of_its_own_is_the_only_one_asked() -> None:
     assert 'node="n1"' in expression
     assert "Hostname" not in expression
     assert "hostname" not in expression
+
+
+def test_a_group_label_reaches_the_queries_that_name_nodes_and_gpus() -> None:
+    assert settings_of("--prometheus-group-label", "rack").scope == SeriesScope(group_label="rack")
+    assert settings_of().scope.group_label == ""
+    scope = SeriesScope(group_label="rack")
+    queries = cluster_queries(scope)
+    assert queries.gpus.startswith("max by (__name__, Hostname, hostname, gpu, UUID, modelName, rack) (")
+    assert queries.seen.startswith("group by (Hostname, hostname, gpu, UUID, modelName, rack) (")
+    assert node_queries(scope).reporting.startswith(
+        "count by (Hostname, hostname, modelName, rack) (group by (Hostname, hostname, gpu, modelName, rack) (")
+    assert detail_queries(scope, ["a"])[0].startswith(
+        "max by (__name__, Hostname, hostname, gpu, UUID, modelName, rack)")
+    assert refusal("--prometheus-group-label", "rack-id").startswith(
+        "--prometheus-group-label: 'rack-id' is not a Prometheus label name")
+    assert refusal("--prometheus-group-label", "Hostname") == (
+        "--prometheus-group-label Hostname names a node or a GPU, not a group of nodes")
+    assert refusal("--prometheus-group-label", "rack", url=False) == "--prometheus-group-label needs --prometheus"
 
 
 def test_a_rotated_token_file_is_read_again(tmp_path: Path) -> None:
