@@ -35,7 +35,7 @@ CLASS_COLORS = {GpuClass.OK: STATUS_COLORS["ok"], GpuClass.WARNING: STATUS_COLOR
                 GpuClass.NOT_REPORTING: "#9e9e9e", GpuClass.CRITICAL: STATUS_COLORS["critical"],
                 GpuClass.LOST: "#6a1b9a"}
 SHOWN = (GpuClass.OK, GpuClass.WARNING, GpuClass.CRITICAL, GpuClass.LOST, GpuClass.NOT_REPORTING)
-FIELDS = ("node", "link", "health", "color", "gpus", "ok", "warning", "critical", "lost", "silent", "xids",
+FIELDS = ("node", "group", "link", "health", "color", "gpus", "ok", "warning", "critical", "lost", "silent", "xids",
           "xid_gpus", "gpus_now", "gpus_day_ago", "dropped", "problems")
 XID_NOTE = ("XIDs: nodes export each GPU's last XID code (DCGM_FI_DEV_XID_ERRORS, a gauge labelled with the code, "
             "as dcgm-exporter does; there is no XID counter), so “XIDs 24h” counts the distinct GPU and XID code "
@@ -53,6 +53,7 @@ def table_data(view: FleetView) -> DataDict:
     data: dict[str, Any] = {name: [] for name in FIELDS}
     for row in view.rows:
         data["node"].append(row.node)
+        data["group"].append(row.group)
         data["link"].append(node_link(row.node))
         data["health"].append(row.worst.value)
         data["color"].append(CLASS_COLORS[row.worst])
@@ -99,12 +100,13 @@ def day_html(fleet: FleetPoller, day: FleetDay) -> str:
     return f"XIDs and GPU counts of the last {DAY}: as of {clock_text(day.ok_time_s)} · {every} · {source}"
 
 
-def _table(dark: bool) -> tuple[Any, ColumnDataSource]:
+def _table(dark: bool, group_label: str = "") -> tuple[Any, ColumnDataSource]:
     source = ColumnDataSource(data=table_data(fleet_view(ClusterState(), FleetDay())))
     link = HTMLTemplateFormatter(template='<a href="<%- link %>"><%- value %></a>')
     health = HTMLTemplateFormatter(template='<span style="color:<%- color %>;font-weight:bold"><%- value %></span>')
     columns = [
         TableColumn(field="node", title="node", width=150, formatter=link),
+        *([TableColumn(field="group", title=group_label, width=90)] if group_label else []),
         TableColumn(field="health", title="worst GPU", width=90, formatter=health),
         TableColumn(field="gpus", title="GPUs", width=50),
         TableColumn(field="ok", title="OK", width=40),
@@ -139,7 +141,7 @@ class _FleetPage:
         self.status = status_div(self.dark)
         self.day_status = status_div(self.dark)
         self.summary = Div(text="", sizing_mode="stretch_width")
-        self.table, self.rows = _table(self.dark)
+        self.table, self.rows = _table(self.dark, cluster.scope.group_label)
         note = Div(text=escape(XID_NOTE), sizing_mode="stretch_width", styles={"color": text_color(self.dark),
                                                                                "font-size": "0.85em"})
         self.seen = (-1, -1)

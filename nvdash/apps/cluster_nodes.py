@@ -83,6 +83,13 @@ url.searchParams.set("node", cb_obj.value);
 window.history.replaceState(window.history.state, "", url.toString());
 """
 """Keeps the page's URL on the chosen node, so a bookmark reopens it."""
+GROUP_URL_JS = """
+const url = new URL(window.location.href);
+if (cb_obj.value === ALL) url.searchParams.delete("group"); else url.searchParams.set("group", cb_obj.value);
+window.history.replaceState(window.history.state, "", url.toString());
+"""
+"""Keeps the page's URL on the chosen group."""
+ALL_GROUPS = "every group"
 
 
 def node_panels(gpus: Sequence[ClusterGpu]) -> list[Panel]:
@@ -134,6 +141,7 @@ def overview_data(state: ClusterState, gpu_cells_up_to: int = GPU_CELLS_UP_TO) -
         "util": [format_pct(gpu.utilization_pct, 0) for gpu in gpus],
         "memory": [format_bytes_of(gpu.memory_used_bytes, gpu.memory_total_bytes) for gpu in gpus],
         "health": [_health_text(gpu) for gpu in gpus],
+        "group": [gpu.group for gpu in gpus],
     }
 
 
@@ -142,11 +150,9 @@ def node_cells(state: ClusterState) -> dict[str, list[Any]]:
     utilization, outline by its worst GPU's health, the tooltip counting the GPUs not OK and naming the first
     problem. Clicking a cell shows that node's GPUs below (as ``?node=NAME`` does)."""
     data: dict[str, list[Any]] = {name: [] for name in (
-        "row", "node", "x", "gpu", "model", "fill", "outline", "label", "label_color", "util", "memory", "health")}
-    row_name = ""
-    for number, node in enumerate(state.nodes):
-        if number % NODE_COLUMNS == 0:
-            row_name = node.hostname
+        "row", "node", "x", "gpu", "model", "fill", "outline", "label", "label_color", "util", "memory", "health",
+        "group")}
+    for node, row_name, column_number in _node_places(state.nodes):
         mean = node.utilization_pct
         troubled = node.gpus - node.counts[GpuClass.OK]
         health = node.status.label
@@ -155,7 +161,7 @@ def node_cells(state: ClusterState) -> dict[str, list[Any]]:
             health += f" ({troubled} of {node.gpus} GPUs not OK{why})"
         data["row"].append(row_name)
         data["node"].append(node.hostname)
-        data["x"].append(float(number % NODE_COLUMNS))
+        data["x"].append(float(column_number))
         data["gpu"].append(f"{node.gpus} GPUs")
         data["model"].append(", ".join(node.models))
         data["fill"].append(util_color(mean, mean is not None))
@@ -165,7 +171,44 @@ def node_cells(state: ClusterState) -> dict[str, list[Any]]:
         data["util"].append(format_pct(mean, 0) if mean is not None else "n/a")
         data["memory"].append(_node_memory(node))
         data["health"].append(health)
+        data["group"].append(node.group)
     return data
+
+
+NO_GROUP = "(none)"
+"""The row name of the nodes without a group, when the others have one."""
+
+
+def _node_places(nodes: Sequence[ClusterNode]) -> list[tuple[ClusterNode, str, int]]:
+    """Each node's row and column: :data:`NODE_COLUMNS` to a row, each row named by its first node; with groups
+    (``--prometheus-group-label``), each group's nodes on rows of their own named by the group (``rack-3``, then
+    ``rack-3 (2)``...)."""
+    if not any(node.group for node in nodes):
+        return [(node, nodes[number - number % NODE_COLUMNS].hostname, number % NODE_COLUMNS)
+                for number, node in enumerate(nodes)]
+    by_group: dict[str, list[ClusterNode]] = {}
+    for node in nodes:
+        by_group.setdefault(node.group or NO_GROUP, []).append(node)
+    places = []
+    for group in sorted(by_group):
+        for number, node in enumerate(by_group[group]):
+            part = number // NODE_COLUMNS
+            places.append((node, group if part == 0 else f"{group} ({part + 1})", number % NODE_COLUMNS))
+    return places
+
+
+def groups_of(state: ClusterState) -> list[str]:
+    """The nodes' groups, sorted (none without ``--prometheus-group-label``)."""
+    return sorted({node.group for node in state.nodes if node.group})
+
+
+def in_group(state: ClusterState, group: str) -> ClusterState:
+    """``state`` with only the nodes (and GPUs) of ``group`` (``""``: every node)."""
+    if not group:
+        return state
+    nodes = tuple(node for node in state.nodes if node.group == group)
+    hosts = {node.hostname for node in nodes}
+    return dataclasses.replace(state, nodes=nodes, gpus=tuple(gpu for gpu in state.gpus if gpu.hostname in hosts))
 
 
 def _node_memory(node: ClusterNode) -> str:
@@ -192,9 +235,10 @@ def _health_text(gpu: ClusterGpu) -> str:
 def node_rows(state: ClusterState) -> dict[str, list[Any]]:
     """One row per node: GPUs, models, mean utilization, memory, the worst health and its reasons."""
     columns: dict[str, list[Any]] = {name: [] for name in (
-        "node", "gpus", "models", "util", "memory", "health", "color", "problems")}
+        "node", "group", "gpus", "models", "util", "memory", "health", "color", "problems")}
     for node in state.nodes:
         columns["node"].append(node.hostname)
+        columns["group"].append(node.group)
         columns["gpus"].append(node.gpus)
         columns["models"].append(", ".join(node.models))
         columns["util"].append(format_pct(node.utilization_pct, 0) if node.utilization_pct is not None else "n/a")
@@ -301,11 +345,13 @@ def _overview_figure(dark: bool) -> _Overview:
     return _Overview(fig, title, source, nodes, gpus, cells)
 
 
-def _node_table(dark: bool) -> tuple[Any, ColumnDataSource]:
+def _node_table(dark: bool, group_label: str = "") -> tuple[Any, ColumnDataSource]:
     source = ColumnDataSource(data=node_rows(ClusterState()))
     health = TableColumn(field="health", title="health", width=80)
+    grouped = [TableColumn(field="group", title=group_label, width=100)] if group_label else []
     columns = [
         TableColumn(field="node", title="node", width=160),
+        *grouped,
         TableColumn(field="gpus", title="GPUs", width=50),
         TableColumn(field="models", title="model", width=200),
         TableColumn(field="util", title="mean util", width=80),
@@ -330,10 +376,17 @@ class _NodesPage:
         self.doc = doc
         self.cluster = cluster
         self.dark = apply_theme(doc)
-        self.wanted_node = query_values(request_arguments(doc)).get("node", "")
+        arguments = query_values(request_arguments(doc))
+        self.wanted_node = arguments.get("node", "")
+        self.group_label = cluster.scope.group_label
         self.status = status_div(self.dark)
         self.overview = _overview_figure(self.dark)
-        self.table, self.rows = _node_table(self.dark)
+        self.table, self.rows = _node_table(self.dark, self.group_label)
+        self.group = Select(title="", value=arguments.get("group", ALL_GROUPS),
+                            options=list[str | None]([ALL_GROUPS]), width=180, height=30, sizing_mode="fixed")
+        self.group.on_change("value", self._group_picked)
+        self.group.js_on_change("value", CustomJS(code=GROUP_URL_JS, args={"ALL": ALL_GROUPS}))
+        grouping = [self.group] if self.group_label else []
         self.select = Select(title="", value=NO_NODE, options=list[str | None]([NO_NODE]), width=220, height=30,
                              sizing_mode="fixed")
         self.select.on_change("value", self._picked)
@@ -348,14 +401,24 @@ class _NodesPage:
                                        clock=time.time)
         self.control = TimeRangeControl(doc, page_ctx, self.timelines, x_range, dark=self.dark)
         self.state = ClusterState()
-        add_page(doc, TITLE, self.status, self.overview.fig, self.table,
+        add_page(doc, TITLE, self.status, *grouping, self.overview.fig, self.table,
                  row(self.select, *self.control.widgets(), sizing_mode="stretch_width"), self.holder, dark=self.dark)
+        self.all_state = self.state
 
     def open(self) -> None:
         follow_cluster(self.doc, self.cluster, self._on_state)
         self.doc.add_periodic_callback(self._refresh_range, REFRESH_RANGE_MS)
 
-    def _on_state(self, state: ClusterState) -> None:
+    def _group_picked(self, _attr: str, _old: Any, _new: Any) -> None:
+        self._on_state(self.all_state)
+
+    def _on_state(self, every: ClusterState) -> None:
+        self.all_state = every
+        groups = groups_of(every)
+        choices = list[str | None]([ALL_GROUPS, *groups])
+        if self.group_label and list(self.group.options) != choices:
+            self.group.options = choices
+        state = in_group(every, self.group.value) if self.group.value in groups else every
         self.state = state
         hosts = state.hostnames
         self.status.text = status_html(self.cluster, state, f"{len(hosts)} nodes, {state.gpu_count} GPUs")

@@ -133,6 +133,8 @@ class NodeRow:
     gpus_now: int | None = None
     gpus_day_ago: int | None = None
     problems: str = ""
+    group: str = ""
+    """The node's group (``--prometheus-group-label``)."""
 
     @property
     def gpus(self) -> int:
@@ -190,6 +192,7 @@ def fleet_view(state: ClusterState, day: FleetDay) -> FleetView:
             xids=day.xids.get(host, 0), xid_gpus=day.xid_gpus.get(host, 0),
             xid_now=node.xid_now if node is not None else 0,
             gpus_now=day.gpus_now.get(host, 0) if day.ok_time_s is not None else None,
-            gpus_day_ago=day.gpus_day_ago.get(host), problems=problems))
+            gpus_day_ago=day.gpus_day_ago.get(host), problems=problems,
+            group=node.group if node is not None else ""))
     return FleetView(node_tally, gpu_tally, tuple(sorted(rows, key=NodeRow.sort_key)))
 

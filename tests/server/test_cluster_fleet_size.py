@@ -42,6 +42,11 @@ NAMING_4_9_NODE = 4
 TOTAL_MIB = 1024 + 80_000
 
 
+def rack(node: int) -> str:
+    """40 nodes to a rack, as a relabelling would add it to every series of a node."""
+    return f"rack-{node // 40}"
+
+
 def value_of(family: str, node: int, gpu: int) -> float:
     """A GPU's reading in dcgm-exporter 4.8's unit."""
     if family == "DCGM_FI_DEV_GPU_UTIL":
@@ -82,7 +87,7 @@ def openmetrics(now_s: float) -> str:
             host = "hostname" if node == NAMING_4_9_NODE else "Hostname"
             for gpu in range(GPUS):
                 pod = f',namespace="ml",pod="job-{node}",container="main"' if gpu % 3 == 0 else ""
-                labels = (f'{host}="node-{node:03d}",gpu="{gpu}",UUID="GPU-{node:03d}-{gpu}",'
+                labels = (f'{host}="node-{node:03d}",gpu="{gpu}",UUID="GPU-{node:03d}-{gpu}",rack="{rack(node)}",'
                           f'modelName="NVIDIA H100 80GB HBM3",DCGM_FI_DRIVER_VERSION="570.86.15",'
                           f'pci_bus_id="00000000:{gpu + 24:02X}:00.0",device="nvidia{gpu}",job="nvdash"{pod}')
                 name, value = family, value_of(family, node, gpu)
@@ -178,3 +183,16 @@ def test_at_fleet_size_the_nodes_are_aggregated_in_promql_and_equal_the_per_gpu_
         state = capped.refresh()
         assert sorted({gpu.hostname for gpu in state.gpus}) == ["node-000", "node-100"]
         assert per_node(state) == per_node(every_gpu)
+
+
+def test_a_group_label_gives_each_node_its_group_on_both_paths(tmp_path: Path) -> None:
+    backfilled(tmp_path)
+    with run_prometheus(tmp_path, [], rules=False) as url:
+        client = PrometheusClient(url, timeout_s=60.0)
+        scope = SeriesScope(group_label="rack")
+        for poller in (ClusterPoller(client, scope=scope), ClusterPoller(client, scope=scope, fleet_from_gpus=10**9)):
+            state = poller.refresh()
+            assert state.error is None
+            assert {node.hostname: node.group for node in state.nodes} == {
+                f"node-{node:03d}": rack(node) for node in range(NODES)}
+            assert {gpu.group for gpu in state.gpus if gpu.hostname == "node-001"} == {"rack-0"}

@@ -3,6 +3,7 @@ pass."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from bokeh.document import Document
@@ -13,12 +14,14 @@ from nvdash.apps.cluster_nodes import (
     NODE_COLUMNS,
     NODE_TITLE,
     _NodesPage,
+    in_group,
     node_rows,
     overview_data,
     util_color,
 )
 from nvdash.apps.figures import LEVEL_PALETTE, LOST_COLOR, STATUS_COLORS
 from nvdash.cluster import open_cluster
+from nvdash.cluster.access import PrometheusAccess
 from nvdash.cluster.model import GAUGES, ClusterState, _either, build_gpus, cluster_queries
 from nvdash.cluster.selectors import SeriesScope
 from tests.unit.test_apps import make_ctx
@@ -27,23 +30,26 @@ from tests.unit.test_cluster import HEALTHY, NOW, labels
 MIB = 1024 * 1024
 
 
-def fleet(nodes: int, gpus: int = 8, *, broken: tuple[tuple[int, int], ...] = (), silent: int | None = None
-          ) -> ClusterState:
+def fleet(nodes: int, gpus: int = 8, *, broken: tuple[tuple[int, int], ...] = (), silent: int | None = None,
+          racks: Callable[[int], str] | None = None) -> ClusterState:
     """``nodes`` x ``gpus`` healthy GPUs, utilization 10 x the GPU's index + the node's number, except the GPUs
-    ``broken`` ((node, GPU): XID 79) and every GPU of node ``silent`` (seen in the last hour, no reading now)."""
+    ``broken`` ((node, GPU): XID 79) and every GPU of node ``silent`` (seen in the last hour, no reading now); each
+    node's series labelled ``rack`` = ``racks(node)`` when given (and not empty)."""
     current = []
     seen = []
     for node in range(nodes):
         host = f"node-{node:02d}"
+        rack = {"rack": racks(node)} if racks is not None and racks(node) else {}
         for gpu in range(gpus):
-            seen.append(labels(host, gpu))
+            seen.append(labels(host, gpu, **rack))
             if node == silent:
                 continue
             values = {**HEALTHY, "DCGM_FI_DEV_GPU_UTIL": float(10 * gpu + node)}
             if (node, gpu) in broken:
                 values["DCGM_FI_DEV_XID_ERRORS"] = 79.0
-            current += [(labels(host, gpu, name), value) for name, value in values.items()]
-    return ClusterState(time_s=NOW, gpus=build_gpus(current, seen, NOW), ok_time_s=NOW)
+            current += [(labels(host, gpu, name, **rack), value) for name, value in values.items()]
+    group_label = "rack" if racks is not None else ""
+    return ClusterState(time_s=NOW, gpus=build_gpus(current, seen, NOW, group_label), ok_time_s=NOW)
 
 
 def test_up_to_256_gpus_the_overview_has_a_cell_per_gpu() -> None:
@@ -150,5 +156,54 @@ def test_at_fleet_size_the_page_draws_the_aggregated_nodes_and_asks_for_the_chos
         # The next refresh brings node-05's GPUs: its timelines are drawn.
         page._on_state(replace(summarized, gpus=full.node("node-05"), generation=2))
         assert [index for index, _uuid in page.timelines.gpus] == list(range(8))
+    finally:
+        cluster.close()
+
+
+def rack_of(node: int) -> str:
+    """Nodes 0-29 in rack-a, 30-39 in rack-b, 40 and 41 in none."""
+    return "rack-a" if node < 30 else "rack-b" if node < 40 else ""
+
+
+def test_with_a_group_label_each_groups_nodes_have_rows_of_their_own() -> None:
+    state = fleet(42, racks=rack_of)
+    assert {node.hostname: node.group for node in state.nodes}["node-31"] == "rack-b"
+    data = overview_data(state)
+    assert list(data["row"]) == ["(none)"] * 2 + ["rack-a"] * 25 + ["rack-a (2)"] * 5 + ["rack-b"] * 10
+    assert list(data["node"][:3]) == ["node-40", "node-41", "node-00"]
+    assert list(data["x"][:3]) == [0.0, 1.0, 0.0]
+    assert data["x"][2 + 25] == 0.0  # node-25 starts rack-a's second row
+    assert node_rows(state)["group"][30:32] == ["rack-b", "rack-b"]
+    only_b = in_group(state, "rack-b")
+    assert only_b.hostnames == [f"node-{n}" for n in range(30, 40)]
+    assert {gpu.hostname for gpu in only_b.gpus} == set(only_b.hostnames)
+    assert in_group(state, "") is state
+
+
+def test_the_page_filters_by_group(closed_port: int) -> None:
+    access = PrometheusAccess(scope=SeriesScope(group_label="rack"))
+    cluster = open_cluster(f"http://127.0.0.1:{closed_port}", timeout_s=1.0, access=access)
+    try:
+        doc = Document()
+        page = _NodesPage(doc, replace(make_ctx(rows=()), cluster=cluster), cluster)
+        state = fleet(42, racks=rack_of)
+        page._on_state(state)
+        assert page.group in doc.select({"type": type(page.group)})
+        assert page.group.options == ["every group", "rack-a", "rack-b"]
+        assert len(page.overview.source.data["node"]) == 42
+        assert "42 nodes, 336 GPUs" in page.status.text
+        page.group.value = "rack-b"
+        # 80 GPUs: the group drills down to a cell per GPU.
+        assert page.overview.title.text == GPU_TITLE
+        assert list(page.overview.source.data["node"]) == [f"node-{n}" for n in range(30, 40) for _gpu in range(8)]
+        assert page.rows.data["node"] == [f"node-{n}" for n in range(30, 40)]
+        assert page.select.options == [f"node-{n}" for n in range(30, 40)]
+        assert page.select.value == "node-30"
+        assert "10 nodes, 80 GPUs" in page.status.text
+        # A newer state keeps the group chosen.
+        page._on_state(replace(state, generation=5))
+        assert page.rows.data["node"] == [f"node-{n}" for n in range(30, 40)]
+        page.group.value = "every group"
+        assert len(page.rows.data["node"]) == 42
     finally:
         cluster.close()
