@@ -203,12 +203,14 @@ def groups_of(state: ClusterState) -> list[str]:
 
 
 def in_group(state: ClusterState, group: str) -> ClusterState:
-    """``state`` with only the nodes (and GPUs) of ``group`` (``""``: every node)."""
+    """``state`` with only the nodes (and GPUs) of ``group`` (``""``: every node); at fleet size, a group whose every
+    node was read GPU by GPU is no longer aggregated."""
     if not group:
         return state
     nodes = tuple(node for node in state.nodes if node.group == group)
     hosts = {node.hostname for node in nodes}
-    return dataclasses.replace(state, nodes=nodes, gpus=tuple(gpu for gpu in state.gpus if gpu.hostname in hosts))
+    return dataclasses.replace(state, nodes=nodes, gpus=tuple(gpu for gpu in state.gpus if gpu.hostname in hosts),
+                               fleet=state.fleet and not all(node.detailed for node in nodes))
 
 
 def _node_memory(node: ClusterNode) -> str:
@@ -419,6 +421,9 @@ class _NodesPage:
         if self.group_label and list(self.group.options) != choices:
             self.group.options = choices
         state = in_group(every, self.group.value) if self.group.value in groups else every
+        if every.fleet and state is not every and state.gpu_count <= GPU_CELLS_UP_TO:
+            for node in state.nodes:  # a small group at fleet size: read its GPUs, for a cell each
+                self.cluster.poller.want_node(node.hostname)
         self.state = state
         hosts = state.hostnames
         self.status.text = status_html(self.cluster, state, f"{len(hosts)} nodes, {state.gpu_count} GPUs")

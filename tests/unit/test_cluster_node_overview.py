@@ -207,3 +207,25 @@ def test_the_page_filters_by_group(closed_port: int) -> None:
         assert len(page.rows.data["node"]) == 42
     finally:
         cluster.close()
+
+
+def test_at_fleet_size_a_small_group_has_its_gpus_read_and_a_cell_each(closed_port: int) -> None:
+    access = PrometheusAccess(scope=SeriesScope(group_label="rack"))
+    cluster = open_cluster(f"http://127.0.0.1:{closed_port}", timeout_s=1.0, access=access)
+    try:
+        page = _NodesPage(Document(), replace(make_ctx(rows=()), cluster=cluster), cluster)
+        full = fleet(42, racks=rack_of)
+        summarized = replace(full, gpus=(), fleet=True,
+                             nodes=tuple(replace(node, detailed=False) for node in full.nodes))
+        page.group.value = "rack-b"
+        page._on_state(summarized)
+        assert page.overview.title.text == NODE_TITLE
+        assert sorted(cluster.poller.wanted_nodes()) == [f"node-{n}" for n in range(30, 40)]
+        rack_b = {f"node-{n}" for n in range(30, 40)}
+        read = replace(summarized, generation=2, gpus=tuple(gpu for gpu in full.gpus if gpu.hostname in rack_b),
+                       nodes=tuple(replace(node, detailed=node.hostname in rack_b) for node in full.nodes))
+        page._on_state(read)
+        assert page.overview.title.text == GPU_TITLE
+        assert len(page.overview.source.data["node"]) == 80
+    finally:
+        cluster.close()
