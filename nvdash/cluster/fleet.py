@@ -63,11 +63,15 @@ def fleet_queries(scope: SeriesScope, *, recorded: bool = False) -> FleetQueries
     the recording rules' series (``recorded``). Either way a node's XIDs are its distinct (GPU, code) pairs, so a
     GPU's series repeated per pod counts once."""
     by = ", ".join(scope.host_labels)
+
+    def per_node(xid_series: str) -> dict[str, str]:
+        """The distinct (GPU, code) pairs and the GPUs of a day's non-zero XID series, per node."""
+        return {"xids": f"count by ({by}) (count by ({by}, UUID, err_code) ({xid_series}))",
+                "xid_gpus": f"count by ({by}) (count by ({by}, UUID) ({xid_series}))"}
+
     if recorded:
-        xid_series = f"max_over_time({scope.series(XID_NONZERO)}[{DAY}])"
         return FleetQueries(
-            xids=f"count by ({by}) (count by ({by}, UUID, err_code) ({xid_series}))",
-            xid_gpus=f"count by ({by}) (count by ({by}, UUID) ({xid_series}))",
+            **per_node(f"max_over_time({scope.series(XID_NONZERO)}[{DAY}])"),
             gpus_now=f"sum by ({by}) ({scope.series(NODE_GPUS)})",
             gpus_day_ago=f"sum by ({by}) (max_over_time({scope.series(NODE_GPUS)}[{DAY_AGO_WINDOW}] offset 1d))",
             recorded=True)
@@ -75,12 +79,10 @@ def fleet_queries(scope: SeriesScope, *, recorded: bool = False) -> FleetQueries
     def either(template: str, family: str) -> str:
         return " or ".join(template.format(scope.series(name)) for name in names(family))
 
-    xid_series = f"({either(f'max_over_time({{}}[{DAY}])', XID)}) > 0"
     uuids_now = f"count by ({by}, UUID) ({either('{}', TEMP)})"
     uuids_then = f"count by ({by}, UUID) ({either(f'last_over_time({{}}[{DAY_AGO_WINDOW}] offset 1d)', TEMP)})"
     return FleetQueries(
-        xids=f"count by ({by}) (count by ({by}, UUID, err_code) ({xid_series}))",
-        xid_gpus=f"count by ({by}) (count by ({by}, UUID) ({xid_series}))",
+        **per_node(f"({either(f'max_over_time({{}}[{DAY}])', XID)}) > 0"),
         gpus_now=f"count by ({by}) ({uuids_now})",
         gpus_day_ago=f"count by ({by}) ({uuids_then})",
     )
