@@ -64,14 +64,15 @@ def fleet_queries(scope: SeriesScope, *, recorded: bool = False) -> FleetQueries
     GPU's series repeated per pod counts once."""
     by = ", ".join(scope.host_labels)
 
-    def per_node(xid_series: str) -> dict[str, str]:
+    def per_node(xid_series: str) -> tuple[str, str]:
         """The distinct (GPU, code) pairs and the GPUs of a day's non-zero XID series, per node."""
-        return {"xids": f"count by ({by}) (count by ({by}, UUID, err_code) ({xid_series}))",
-                "xid_gpus": f"count by ({by}) (count by ({by}, UUID) ({xid_series}))"}
+        return (f"count by ({by}) (count by ({by}, UUID, err_code) ({xid_series}))",
+                f"count by ({by}) (count by ({by}, UUID) ({xid_series}))")
 
     if recorded:
+        xids, xid_gpus = per_node(f"max_over_time({scope.series(XID_NONZERO)}[{DAY}])")
         return FleetQueries(
-            **per_node(f"max_over_time({scope.series(XID_NONZERO)}[{DAY}])"),
+            xids=xids, xid_gpus=xid_gpus,
             gpus_now=f"sum by ({by}) ({scope.series(NODE_GPUS)})",
             gpus_day_ago=f"sum by ({by}) (max_over_time({scope.series(NODE_GPUS)}[{DAY_AGO_WINDOW}] offset 1d))",
             recorded=True)
@@ -81,8 +82,9 @@ def fleet_queries(scope: SeriesScope, *, recorded: bool = False) -> FleetQueries
 
     uuids_now = f"count by ({by}, UUID) ({either('{}', TEMP)})"
     uuids_then = f"count by ({by}, UUID) ({either(f'last_over_time({{}}[{DAY_AGO_WINDOW}] offset 1d)', TEMP)})"
+    xids, xid_gpus = per_node(f"({either(f'max_over_time({{}}[{DAY}])', XID)}) > 0")
     return FleetQueries(
-        **per_node(f"({either(f'max_over_time({{}}[{DAY}])', XID)}) > 0"),
+        xids=xids, xid_gpus=xid_gpus,
         gpus_now=f"count by ({by}) ({uuids_now})",
         gpus_day_ago=f"count by ({by}) ({uuids_then})",
     )
