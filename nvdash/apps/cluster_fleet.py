@@ -15,10 +15,19 @@ from bokeh.document import Document
 from bokeh.models import ColumnDataSource
 from bokeh.models.widgets import Div, HTMLTemplateFormatter, TableColumn
 
-from nvdash.apps.cluster_view import ERROR_COLOR, POLL_MS, clock_text, status_div, status_html
+from nvdash.apps.cluster_view import (
+    ERROR_COLOR,
+    POLL_MS,
+    clock_text,
+    group_menu,
+    in_chosen_group,
+    status_div,
+    status_html,
+)
 from nvdash.apps.context import AppContext
 from nvdash.apps.figures import STATUS_COLORS, add_page, data_table, text_color
-from nvdash.apps.theme import apply_theme
+from nvdash.apps.theme import apply_theme, request_arguments
+from nvdash.apps.time_range import query_values
 from nvdash.cluster import ClusterRuntime
 from nvdash.cluster.fleet import DAY, FleetDay, FleetView, fleet_view
 from nvdash.cluster.fleet_poller import FleetPoller
@@ -145,20 +154,29 @@ class _FleetPage:
         note = Div(text=escape(XID_NOTE), sizing_mode="stretch_width", styles={"color": text_color(self.dark),
                                                                                "font-size": "0.85em"})
         self.seen = (-1, -1)
-        add_page(doc, TITLE, self.status, self.day_status, self.summary, self.table, note, dark=self.dark)
+        self.group = group_menu(query_values(request_arguments(doc)).get("group", ""))
+        self.group.on_change("value", self._group_picked)
+        grouping = [self.group] if cluster.scope.group_label else []
+        add_page(doc, TITLE, self.status, self.day_status, *grouping, self.summary, self.table, note, dark=self.dark)
 
     def open(self) -> None:
         self._poll()
         self.doc.add_periodic_callback(self._poll, POLL_MS)
 
+    def _group_picked(self, _attr: str, _old: Any, _new: Any) -> None:
+        self.seen = (-1, -1)
+        self._poll()
+
     def _poll(self) -> None:
         self.cluster.poller.want()
         self.fleet.want()
-        state, day = self.cluster.poller.state(), self.fleet.day()
-        if (state.generation, day.generation) == self.seen:
+        every, day = self.cluster.poller.state(), self.fleet.day()
+        if (every.generation, day.generation) == self.seen:
             return
-        self.seen = (state.generation, day.generation)
-        view = fleet_view(state, day)
+        self.seen = (every.generation, day.generation)
+        state = in_chosen_group(self.group, every) if self.cluster.scope.group_label else every
+        # A node silent for over an hour (known only from a day ago) has no group: listed under every group only.
+        view = fleet_view(state, day, silent_nodes=state is every)
         self.status.text = status_html(self.cluster, state, f"{len(view.rows)} nodes, {state.gpu_count} GPUs")
         self.day_status.text = day_html(self.fleet, day)
         if state.ok_time_s is None and day.ok_time_s is None:

@@ -23,7 +23,7 @@ from bokeh.models.renderers import GlyphRenderer
 from bokeh.models.widgets import Div, Select, TableColumn
 from bokeh.plotting import figure
 
-from nvdash.apps.cluster_view import follow_cluster, status_div, status_html
+from nvdash.apps.cluster_view import follow_cluster, group_menu, in_chosen_group, status_div, status_html
 from nvdash.apps.context import AppContext
 from nvdash.apps.figures import (
     LEVEL_PALETTE,
@@ -83,13 +83,7 @@ url.searchParams.set("node", cb_obj.value);
 window.history.replaceState(window.history.state, "", url.toString());
 """
 """Keeps the page's URL on the chosen node, so a bookmark reopens it."""
-GROUP_URL_JS = """
-const url = new URL(window.location.href);
-if (cb_obj.value === ALL) url.searchParams.delete("group"); else url.searchParams.set("group", cb_obj.value);
-window.history.replaceState(window.history.state, "", url.toString());
-"""
-"""Keeps the page's URL on the chosen group."""
-ALL_GROUPS = "every group"
+
 
 
 def node_panels(gpus: Sequence[ClusterGpu]) -> list[Panel]:
@@ -195,22 +189,6 @@ def _node_places(nodes: Sequence[ClusterNode]) -> list[tuple[ClusterNode, str, i
             part = number // NODE_COLUMNS
             places.append((node, group if part == 0 else f"{group} ({part + 1})", number % NODE_COLUMNS))
     return places
-
-
-def groups_of(state: ClusterState) -> list[str]:
-    """The nodes' groups, sorted (none without ``--prometheus-group-label``)."""
-    return sorted({node.group for node in state.nodes if node.group})
-
-
-def in_group(state: ClusterState, group: str) -> ClusterState:
-    """``state`` with only the nodes (and GPUs) of ``group`` (``""``: every node); at fleet size, a group whose every
-    node was read GPU by GPU is no longer aggregated."""
-    if not group:
-        return state
-    nodes = tuple(node for node in state.nodes if node.group == group)
-    hosts = {node.hostname for node in nodes}
-    return dataclasses.replace(state, nodes=nodes, gpus=tuple(gpu for gpu in state.gpus if gpu.hostname in hosts),
-                               fleet=state.fleet and not all(node.detailed for node in nodes))
 
 
 def _node_memory(node: ClusterNode) -> str:
@@ -384,10 +362,8 @@ class _NodesPage:
         self.status = status_div(self.dark)
         self.overview = _overview_figure(self.dark)
         self.table, self.rows = _node_table(self.dark, self.group_label)
-        self.group = Select(title="", value=arguments.get("group", ALL_GROUPS),
-                            options=list[str | None]([ALL_GROUPS]), width=180, height=30, sizing_mode="fixed")
+        self.group = group_menu(arguments.get("group", ""))
         self.group.on_change("value", self._group_picked)
-        self.group.js_on_change("value", CustomJS(code=GROUP_URL_JS, args={"ALL": ALL_GROUPS}))
         grouping = [self.group] if self.group_label else []
         self.select = Select(title="", value=NO_NODE, options=list[str | None]([NO_NODE]), width=220, height=30,
                              sizing_mode="fixed")
@@ -416,11 +392,7 @@ class _NodesPage:
 
     def _on_state(self, every: ClusterState) -> None:
         self.all_state = every
-        groups = groups_of(every)
-        choices = list[str | None]([ALL_GROUPS, *groups])
-        if self.group_label and list(self.group.options) != choices:
-            self.group.options = choices
-        state = in_group(every, self.group.value) if self.group.value in groups else every
+        state = in_chosen_group(self.group, every) if self.group_label else every
         if every.fleet and state is not every and state.gpu_count <= GPU_CELLS_UP_TO:
             for node in state.nodes:  # a small group at fleet size: read its GPUs, for a cell each
                 self.cluster.poller.want_node(node.hostname)

@@ -7,7 +7,8 @@ from datetime import datetime
 from html import escape
 
 from bokeh.document import Document
-from bokeh.models.widgets import Div
+from bokeh.models import CustomJS
+from bokeh.models.widgets import Div, Select
 
 from nvdash.apps.figures import text_color
 from nvdash.cluster import ClusterRuntime
@@ -16,6 +17,13 @@ from nvdash.cluster.model import ClusterState
 POLL_MS = 1000
 """How often a page looks at the poller's newest state (a read of memory; the poller asks Prometheus)."""
 ERROR_COLOR = "#c62828"
+ALL_GROUPS = "every group"
+GROUP_URL_JS = """
+const url = new URL(window.location.href);
+if (cb_obj.value === ALL) url.searchParams.delete("group"); else url.searchParams.set("group", cb_obj.value);
+window.history.replaceState(window.history.state, "", url.toString());
+"""
+"""Keeps the page's URL on the chosen group, so a bookmark reopens it."""
 
 
 def clock_text(time_s: float) -> str:
@@ -57,3 +65,22 @@ def follow_cluster(doc: Document, cluster: ClusterRuntime, on_state: Callable[[C
 
     poll()
     doc.add_periodic_callback(poll, POLL_MS)
+
+
+def group_menu(value: str) -> Select:
+    """The menu of the nodes' groups (``--prometheus-group-label``), on ``value`` (``?group=``, default every group),
+    its choice kept in the page's address."""
+    menu = Select(title="", value=value or ALL_GROUPS, options=list[str | None]([ALL_GROUPS]), width=180, height=30,
+                  sizing_mode="fixed")
+    menu.js_on_change("value", CustomJS(code=GROUP_URL_JS, args={"ALL": ALL_GROUPS}))
+    return menu
+
+
+def in_chosen_group(menu: Select, state: ClusterState) -> ClusterState:
+    """``state`` with the nodes of the group ``menu`` shows (every node when none, or one no node has), the menu's
+    choices brought up to the state's groups."""
+    groups = state.groups()
+    choices = list[str | None]([ALL_GROUPS, *groups])
+    if list(menu.options) != choices:
+        menu.options = choices
+    return state.in_group(menu.value) if menu.value in groups else state

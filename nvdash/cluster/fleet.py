@@ -174,15 +174,15 @@ class FleetView:
         return sum(1 for row in self.rows if row.xids or row.xid_gpus or row.xid_now)
 
 
-def fleet_view(state: ClusterState, day: FleetDay) -> FleetView:
+def fleet_view(state: ClusterState, day: FleetDay, *, silent_nodes: bool = True) -> FleetView:
     """The fleet from the poller's newest state and the day's answers. A node only the day-ago answer knows (silent
     for over an hour) is listed as not reporting, with no GPU in the tallies (they count what the nodes page
-    shows)."""
+    shows), unless ``silent_nodes`` is False (a group's view: such a node's group is not known)."""
     nodes = {node.hostname: node for node in state.nodes}
     gpu_tally = dict.fromkeys(GpuClass, 0)
     node_tally = dict.fromkeys(GpuClass, 0)
     rows = []
-    for host in sorted(set(nodes) | set(day.gpus_day_ago)):
+    for host in sorted(set(nodes) | (set(day.gpus_day_ago) if silent_nodes else set())):
         node = nodes.get(host)
         counts = dict(node.counts) if node is not None else dict.fromkeys(GpuClass, 0)
         for kind, number in counts.items():

@@ -368,6 +368,20 @@ class ClusterState:
         """Every node's GPUs (reporting, or seen within the last hour)."""
         return sum(node.gpus for node in self.nodes)
 
+    def groups(self) -> list[str]:
+        """The nodes' groups, sorted (none without ``--prometheus-group-label``)."""
+        return sorted({node.group for node in self.nodes if node.group})
+
+    def in_group(self, group: str) -> ClusterState:
+        """This state with only the nodes (and GPUs) of ``group`` (``""``: every node); at fleet size, a group whose
+        every node was read GPU by GPU is no longer aggregated."""
+        if not group:
+            return self
+        nodes = tuple(node for node in self.nodes if node.group == group)
+        hosts = {node.hostname for node in nodes}
+        return replace(self, nodes=nodes, gpus=tuple(gpu for gpu in self.gpus if gpu.hostname in hosts),
+                       fleet=self.fleet and not all(node.detailed for node in nodes))
+
     def node(self, hostname: str) -> list[ClusterGpu]:
         """One node's GPUs, by index."""
         return sorted((gpu for gpu in self.gpus if gpu.hostname == hostname), key=lambda gpu: gpu.index)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from bokeh.document import Document
 from bokeh.models import ColumnDataSource
-from bokeh.models.widgets import DataTable, Div
+from bokeh.models.widgets import DataTable, Div, Select
 
 from nvdash.apps import cluster_fleet
 from nvdash.cluster.fleet import FleetDay, NodeRow, fleet_queries, fleet_view, per_host
@@ -159,3 +159,38 @@ def test_the_days_round_keeps_its_last_answer_and_says_why_it_failed() -> None:
     line = cluster_fleet.day_html(poller, failed)
     assert "not available:</b> Prometheus at" in line
     assert "last answer" in line
+
+
+def test_with_a_group_label_the_page_shows_the_group_and_filters_by_it(closed_port: int) -> None:
+    from dataclasses import replace
+
+    from nvdash.cluster import open_cluster
+    from nvdash.cluster.access import PrometheusAccess
+    from tests.unit.test_apps import make_ctx
+
+    access = PrometheusAccess(scope=SeriesScope(group_label="rack"))
+    cluster = open_cluster(f"http://127.0.0.1:{closed_port}", timeout_s=1.0, access=access)
+    try:
+        assert cluster.fleet is not None
+        racks = {"ok-1": "rack-a", "warn-1": "rack-a", "xid-1": "rack-b", "lost-1": "rack-b", "silent-1": "rack-b"}
+        every = state()
+        cluster.poller._state = replace(every, nodes=tuple(replace(node, group=racks[node.hostname])
+                                                           for node in every.nodes))
+        cluster.fleet._day = FleetDay(gpus_day_ago={"gone-1": 8}, ok_time_s=NOW, generation=1)
+        doc = Document()
+        cluster_fleet.build(doc, replace(make_ctx(rows=()), cluster=cluster))
+        (table,) = [model for model in doc.models if isinstance(model, DataTable)]
+        source = table.source
+        assert isinstance(source, ColumnDataSource)
+        assert "rack" in [column.title for column in table.columns]
+        assert source.data["node"] == ["lost-1", "xid-1", "gone-1", "silent-1", "warn-1", "ok-1"]
+        assert source.data["group"] == ["rack-b", "rack-b", "", "rack-b", "rack-a", "rack-a"]
+        (menu,) = [model for model in doc.models if isinstance(model, Select)]
+        assert menu.options == ["every group", "rack-a", "rack-b"]
+        menu.value = "rack-a"
+        assert source.data["node"] == ["warn-1", "ok-1"]
+        summary = " ".join(str(model.text) for model in doc.models if isinstance(model, Div))
+        assert "<b>2 nodes</b>" in summary
+        assert "<b>12 GPUs</b>" in summary
+    finally:
+        cluster.close()

@@ -14,7 +14,6 @@ from nvdash.apps.cluster_nodes import (
     NODE_COLUMNS,
     NODE_TITLE,
     _NodesPage,
-    in_group,
     node_rows,
     overview_data,
     util_color,
@@ -174,10 +173,11 @@ def test_with_a_group_label_each_groups_nodes_have_rows_of_their_own() -> None:
     assert list(data["x"][:3]) == [0.0, 1.0, 0.0]
     assert data["x"][2 + 25] == 0.0  # node-25 starts rack-a's second row
     assert node_rows(state)["group"][30:32] == ["rack-b", "rack-b"]
-    only_b = in_group(state, "rack-b")
+    only_b = state.in_group("rack-b")
     assert only_b.hostnames == [f"node-{n}" for n in range(30, 40)]
     assert {gpu.hostname for gpu in only_b.gpus} == set(only_b.hostnames)
-    assert in_group(state, "") is state
+    assert state.in_group("") is state
+    assert state.groups() == ["rack-a", "rack-b"]
 
 
 def test_the_page_filters_by_group(closed_port: int) -> None:
