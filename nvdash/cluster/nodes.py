@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nvdash.cluster.model import (
     GAUGES,
@@ -30,7 +30,7 @@ from nvdash.cluster.model import (
     node_summary,
     reading,
 )
-from nvdash.cluster.selectors import SeriesScope, quote
+from nvdash.cluster.selectors import HOST_LABELS, SeriesScope, quote
 from nvdash.health.status import Status
 from nvdash.health.xid import xid_info
 
@@ -150,6 +150,26 @@ def _index(labels: Mapping[str, str]) -> int | None:
     return int(gpu) if gpu.isascii() and gpu.isdigit() else None
 
 
+def _host_label(labels: Mapping[str, str]) -> str:
+    """Which of the two host labels a series carries: a node exported under both (nvdash beside a dcgm-exporter
+    4.8.3+, which says ``hostname``) is counted once, as the per-GPU path keys GPUs by host and index."""
+    return next((label for label in HOST_LABELS if label in labels), "")
+
+
+def _counted(answer: Labelled) -> dict[str, int]:
+    """host -> the count of an answer aggregated by host (and model: added up), the larger of the two host labels'."""
+    by_label: dict[tuple[str, str], int] = {}
+    for labels, value in answer:
+        host = host_of(labels)
+        if host and _finite(value):
+            key = (host, _host_label(labels))
+            by_label[key] = by_label.get(key, 0) + int(value)
+    counted: dict[str, int] = {}
+    for (host, _label), number in by_label.items():
+        counted[host] = max(counted.get(host, 0), number)
+    return counted
+
+
 def _tallies(answers: NodeAnswers) -> tuple[dict[str, _Tally], dict[str, dict[str, float]], dict[str, dict[str, int]]]:
     tallies: dict[str, _Tally] = {}
 
@@ -157,23 +177,22 @@ def _tallies(answers: NodeAnswers) -> tuple[dict[str, _Tally], dict[str, dict[st
         host = host_of(labels)
         return None if not host else tallies.setdefault(host, _Tally())
 
+    answers = replace(answers, reporting=list(answers.reporting), seen=list(answers.seen),
+                      verdict_nodes=list(answers.verdict_nodes))
+    for host, number in _counted(answers.reporting).items():
+        tallies.setdefault(host, _Tally()).reporting = number
+    for host, number in _counted(answers.seen).items():
+        tallies.setdefault(host, _Tally()).seen = number
+    for host, number in _counted(answers.verdict_nodes).items():
+        tallies.setdefault(host, _Tally()).verdicts = number
     for labels, value in answers.reporting:
         found = tally(labels)
         if found is not None and _finite(value):
-            found.reporting += int(value)
             model = labels.get("modelName", "")
             if model and model not in found.models:
                 found.models = tuple(sorted((*found.models, model)))
             if answers.group_label and not found.group:
                 found.group = labels.get(answers.group_label, "")
-    for labels, value in answers.seen:
-        found = tally(labels)
-        if found is not None and _finite(value):
-            found.seen += int(value)
-    for labels, value in answers.verdict_nodes:
-        found = tally(labels)
-        if found is not None and _finite(value):
-            found.verdicts += int(value)
     for labels, value in answers.verdicts:
         found, index = tally(labels), _index(labels)
         if found is not None and index is not None and value in (1.0, 2.0):

@@ -121,3 +121,20 @@ def test_a_detailed_node_is_summarized_from_its_gpus_readings() -> None:
     assert nodes[0].memory_used_bytes == 2 * HEALTHY["DCGM_FI_DEV_FB_USED"] * MIB
     assert nodes[1].counts[GpuClass.OK] == 2
     assert nodes[1].utilization_pct is None
+
+
+def test_a_node_exported_under_both_host_labels_is_counted_once_and_its_models_added() -> None:
+    """nvdash (``Hostname``) beside a dcgm-exporter 4.8.3+ (``hostname``) on one node: the per-GPU path keys GPUs by
+    host and index, so 8 GPUs; a node with two models has its GPUs of each added."""
+    found = answers(
+        reporting=[(host("both", modelName="NVIDIA H100 80GB HBM3"), 8.0),
+                   ({"hostname": "both", "modelName": "NVIDIA H100 80GB HBM3"}, 8.0),
+                   (host("mixed", modelName="NVIDIA H100 80GB HBM3"), 4.0),
+                   (host("mixed", modelName="NVIDIA A100-SXM4-80GB"), 4.0)],
+        seen=[(host("both"), 8.0), ({"hostname": "both"}, 8.0), (host("mixed"), 8.0)],
+        verdict_nodes=[(host("both"), 8.0), (host("mixed"), 8.0)])
+    both, mixed = fleet_nodes(found, (), ())
+    assert (both.hostname, both.gpus, both.counts[GpuClass.OK], both.counts[GpuClass.NOT_REPORTING]) == (
+        "both", 8, 8, 0)
+    assert (mixed.gpus, mixed.models) == (8, ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"))
+    assert detail_hosts(found, []) == []
