@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from typing import Any, TypeVar
 from jupyter_client.blocking.client import BlockingKernelClient
 
 from nvdash.sampling.jupyter_kernels import kernels_file_path
+from tests.conftest import wait_for
 from tests.jupyter.jupyter import JupyterLab
 
 T = TypeVar("T")
@@ -37,15 +37,12 @@ def api(lab: JupyterLab, method: str, path: str, body: object = None, token: str
 
 
 def until(what: str, probe: Callable[[], T | None], timeout_s: float = 60.0) -> T:
-    """``probe()``'s first answer that is not ``None``, polled until ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = probe()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.2)
+    """``probe()``'s first answer that is not ``None``, polled until ``timeout_s`` (the suite's :func:`wait_for`)."""
+    try:
+        found: T = wait_for(probe, lambda result: result is not None, timeout_s)
+    except AssertionError:
+        raise AssertionError(f"not within {timeout_s} s: {what}") from None
+    return found
 
 
 def kernels_api(lab: JupyterLab) -> dict[str, Any]:
