@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Callable
 
 from nvdash.cluster.fleet import RECORDED_WINDOW, FleetDay, FleetQueries, fleet_queries, per_host
 from nvdash.cluster.promapi import PrometheusClient, PrometheusError
 from nvdash.cluster.recorded import presence_query
+from nvdash.cluster.rounds import PageRounds
 from nvdash.cluster.selectors import SeriesScope
 from nvdash.supervision import Supervisor
 
@@ -31,66 +31,29 @@ RECHECK_S = 300.0
 """How often the round asks again whether the recording rules cover the day."""
 
 
-class FleetPoller:
+class FleetPoller(PageRounds):
     """Refreshes the fleet's day from Prometheus on its own thread while a fleet page wants it."""
+
+    thread_name = THREAD
 
     def __init__(self, client: PrometheusClient, *, scope: SeriesScope | None = None,
                  refresh_s: float = DEFAULT_FLEET_REFRESH_S, supervisor: Supervisor | None = None,
                  clock: Callable[[], float] = time.time, idle_after_s: float = IDLE_AFTER_S,
                  recheck_s: float = RECHECK_S) -> None:
-        self.client = client
+        super().__init__(client, refresh_s, idle_after_s, supervisor)
         self.scope = scope if scope is not None else SeriesScope()
         self.raw_queries = fleet_queries(self.scope)
         self.recorded_queries = fleet_queries(self.scope, recorded=True)
         self.recheck_s = recheck_s
         self._recorded: bool | None = None
         self._checked_at = 0.0
-        self.refresh_s = refresh_s
-        self.supervisor = supervisor if supervisor is not None else Supervisor()
         self.clock = clock
-        self.idle_after_s = idle_after_s
         self._day = FleetDay()
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._wanted_at = -float("inf")
-        self._thread: threading.Thread | None = None
 
     def day(self) -> FleetDay:
         """The newest answer (empty before the first)."""
         with self._lock:
             return self._day
-
-    def want(self) -> None:
-        """A fleet page is open: keep refreshing (at once if the thread was sleeping)."""
-        sleeping = time.monotonic() - self._wanted_at > self.idle_after_s
-        self._wanted_at = time.monotonic()
-        if sleeping:
-            self._wake.set()
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = self.supervisor.spawn(THREAD, self._run, self._stop,
-                                                 expect_every_s=self.refresh_s + self.client.timeout_s)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.client.timeout_s + 1.0)
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if time.monotonic() - self._wanted_at > self.idle_after_s:
-                self._wake.wait(min(self.refresh_s, 5.0))
-                self._wake.clear()
-                self.supervisor.beat(THREAD)
-                continue
-            self.refresh()
-            self.supervisor.beat(THREAD)
-            if self._wake.wait(self.refresh_s):
-                self._wake.clear()
 
     def refresh(self) -> FleetDay:
         """Ask the day's queries once, within the client's timeout for all of them, and keep the answer (or the last

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 
@@ -25,6 +24,7 @@ from nvdash.cluster.nodes import (
     node_queries,
 )
 from nvdash.cluster.promapi import Answer, PrometheusAuthError, PrometheusClient, PrometheusError
+from nvdash.cluster.rounds import PageRounds
 from nvdash.cluster.selectors import HOST_LABEL, HOST_LABELS, SeriesScope
 from nvdash.supervision import Supervisor
 
@@ -35,14 +35,16 @@ IDLE_AFTER_S = 60.0
 THREAD = "nvdash-cluster"
 
 
-class ClusterPoller:
+class ClusterPoller(PageRounds):
     """Refreshes the cluster state from Prometheus on its own thread while pages want it."""
+
+    thread_name = THREAD
 
     def __init__(self, client: PrometheusClient, refresh_s: float = DEFAULT_REFRESH_S,
                  clock: Callable[[], float] = time.time, idle_after_s: float = IDLE_AFTER_S,
                  supervisor: Supervisor | None = None, *, scope: SeriesScope | None = None,
                  fleet_from_gpus: int = FLEET_FROM_GPUS, detail_nodes_max: int = DETAIL_NODES_MAX) -> None:
-        self.client = client
+        super().__init__(client, refresh_s, idle_after_s, supervisor)
         self.scope = scope if scope is not None else SeriesScope()
         self.queries = cluster_queries(self.scope)
         self.node_queries = node_queries(self.scope)
@@ -50,16 +52,8 @@ class ClusterPoller:
         """Above this many GPUs, nodes are summarized by aggregation and only some nodes' GPUs are read."""
         self.detail_nodes_max = detail_nodes_max
         self._wanted_nodes: dict[str, float] = {}
-        self.supervisor = supervisor if supervisor is not None else Supervisor()
-        self.refresh_s = refresh_s
         self.clock = clock
-        self.idle_after_s = idle_after_s
         self._state = ClusterState()
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._wanted_at = -float("inf")
-        self._thread: threading.Thread | None = None
         self._logged_failure: str | None = None
 
     @property
@@ -72,13 +66,6 @@ class ClusterPoller:
         with self._lock:
             return self._state
 
-    def want(self) -> None:
-        """A page shows the cluster: keep refreshing (and start now if the thread was sleeping)."""
-        sleeping = time.monotonic() - self._wanted_at > self.idle_after_s
-        self._wanted_at = time.monotonic()
-        if sleeping:
-            self._wake.set()
-
     def want_node(self, hostname: str) -> None:
         """A page shows ``hostname``'s GPUs: at fleet size, read them at every refresh for the next minute (and
         refresh now if they are not read yet)."""
@@ -86,7 +73,7 @@ class ClusterPoller:
             self._wanted_nodes[hostname] = time.monotonic()
             state = self._state
         if state.fleet and not any(gpu.hostname == hostname for gpu in state.gpus):
-            self._wake.set()
+            self.wake()
 
     def wanted_nodes(self) -> list[str]:
         """The nodes pages showed within the last minute, the newest first."""
@@ -95,33 +82,6 @@ class ClusterPoller:
             for host in [host for host, at in self._wanted_nodes.items() if at < horizon]:
                 del self._wanted_nodes[host]
             return sorted(self._wanted_nodes, key=lambda host: -self._wanted_nodes[host])
-
-    def start(self) -> None:
-        """Start the thread (it sleeps until a page wants the state)."""
-        if self._thread is None:
-            # A round lasts at most a refresh's deadline plus the pause; sleeping, the thread beats every pause.
-            self._thread = self.supervisor.spawn(THREAD, self._run, self._stop,
-                                                 expect_every_s=self.refresh_s + self.client.timeout_s)
-
-    def stop(self) -> None:
-        """Stop the thread (a query in flight ends within the client's timeout)."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.client.timeout_s + 1.0)
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if time.monotonic() - self._wanted_at > self.idle_after_s:
-                if self._wake.wait(self.refresh_s):
-                    self._wake.clear()
-                self.supervisor.beat(THREAD)
-                continue
-            self.refresh()
-            self.supervisor.beat(THREAD)
-            if self._wake.wait(self.refresh_s):  # a page wants a node's GPUs now (or the poller stops)
-                self._wake.clear()
 
     def refresh(self) -> ClusterState:
         """Ask Prometheus once, within the client's timeout for all the queries together, and keep the answer (or,
