@@ -17,14 +17,59 @@ from nvdash.history.database import HistoryError
 from nvdash.history.ranges import RangeError
 from nvdash.server.auth import GuardedHandler
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
-class _AccountingHandler(GuardedHandler):
+
+def csv_filename(report: Report, prefix: str = "nvdash-accounting") -> str:
+    """The download's file name; characters a file name or a header should not hold become ``_``."""
+    return _UNSAFE.sub("_", f"{prefix}-{report.by}-{report.range.label}") + ".csv"
+
+
+class ReportHandler(GuardedHandler):
+    """A guarded handler answering an accounting report; the subclass says where the report comes from."""
+
+    csv_prefix = "nvdash-accounting"
+
+    async def _report(self) -> Report | None:
+        """The report asked for, or ``None`` after answering an error."""
+        raise NotImplementedError
+
+    def _error(self, status: int, message: str) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"error": message}))
+
+
+class JsonReportHandler(ReportHandler):
+    """The report as JSON."""
+
+    async def get(self) -> None:
+        report = await self._report()
+        if report is None:
+            return
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(report_json(report)))
+
+
+class CsvReportHandler(ReportHandler):
+    """The report's rows as a CSV download."""
+
+    async def get(self) -> None:
+        report = await self._report()
+        if report is None:
+            return
+        self.set_header("Content-Type", "text/csv; charset=utf-8")
+        self.set_header("Content-Disposition", f'attachment; filename="{csv_filename(report, self.csv_prefix)}"')
+        self.finish(report_csv(report))
+
+
+class _AccountingHandler(ReportHandler):
     def initialize(self, book: AccountingBook, executor: Executor) -> None:
         self._book = book
         self._executor = executor
 
     async def _report(self) -> Report | None:
-        """The report asked for, or ``None`` after answering an error."""
         arguments = {name: self.get_query_argument(name, "") for name in ("range", "from", "to")}
         by = self.get_query_argument("by", "") or "job"
         try:
@@ -36,39 +81,10 @@ class _AccountingHandler(GuardedHandler):
             self._error(503, str(error))
         return None
 
-    def _error(self, status: int, message: str) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"error": message}))
 
-
-class AccountingJsonHandler(_AccountingHandler):
+class AccountingJsonHandler(_AccountingHandler, JsonReportHandler):
     """``GET /api/accounting.json``."""
 
-    async def get(self) -> None:
-        report = await self._report()
-        if report is None:
-            return
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(report_json(report)))
 
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def csv_filename(report: Report) -> str:
-    """The download's file name; characters a file name or a header should not hold become ``_``."""
-    return _UNSAFE.sub("_", f"nvdash-accounting-{report.by}-{report.range.label}") + ".csv"
-
-
-class AccountingCsvHandler(_AccountingHandler):
+class AccountingCsvHandler(_AccountingHandler, CsvReportHandler):
     """``GET /api/accounting.csv``: the rows as a CSV download."""
-
-    async def get(self) -> None:
-        report = await self._report()
-        if report is None:
-            return
-        self.set_header("Content-Type", "text/csv; charset=utf-8")
-        self.set_header("Content-Disposition", f'attachment; filename="{csv_filename(report)}"')
-        self.finish(report_csv(report))

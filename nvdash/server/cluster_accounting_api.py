@@ -7,28 +7,27 @@ Prometheus that cannot answer a 503, each with a one-line error.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 from tornado.ioloop import IOLoop
 from tornado.web import RequestHandler
 
-from nvdash.accounting.report import Report, report_csv, report_json
+from nvdash.accounting.report import Report
 from nvdash.cluster import ClusterRuntime
 from nvdash.cluster.accounting_report import cluster_range, cluster_report
 from nvdash.cluster.promapi import PrometheusError
 from nvdash.history.ranges import RangeError
-from nvdash.server.accounting_api import csv_filename
-from nvdash.server.auth import GuardedHandler
+from nvdash.server.accounting_api import CsvReportHandler, JsonReportHandler, ReportHandler
 
 
-class _ClusterAccountingHandler(GuardedHandler):
+class _ClusterAccountingHandler(ReportHandler):
+    csv_prefix = "nvdash-cluster-accounting"
+
     def initialize(self, cluster: ClusterRuntime) -> None:
         self._cluster = cluster
 
     async def _report(self) -> Report | None:
-        """The report asked for, or ``None`` after answering an error."""
         arguments = {name: self.get_query_argument(name, "") for name in ("range", "from", "to")}
         try:
             chosen, by = cluster_range(arguments, self.get_query_argument("by", "") or "job", time.time())
@@ -40,35 +39,13 @@ class _ClusterAccountingHandler(GuardedHandler):
             self._error(503, str(error))
         return None
 
-    def _error(self, status: int, message: str) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"error": message}))
 
-
-class ClusterAccountingJsonHandler(_ClusterAccountingHandler):
+class ClusterAccountingJsonHandler(_ClusterAccountingHandler, JsonReportHandler):
     """``GET /api/cluster-accounting.json``."""
 
-    async def get(self) -> None:
-        report = await self._report()
-        if report is None:
-            return
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(report_json(report)))
 
-
-class ClusterAccountingCsvHandler(_ClusterAccountingHandler):
+class ClusterAccountingCsvHandler(_ClusterAccountingHandler, CsvReportHandler):
     """``GET /api/cluster-accounting.csv``: the rows as a CSV download."""
-
-    async def get(self) -> None:
-        report = await self._report()
-        if report is None:
-            return
-        self.set_header("Content-Type", "text/csv; charset=utf-8")
-        self.set_header("Content-Disposition",
-                        f'attachment; filename="{csv_filename(report).replace("accounting", "cluster-accounting", 1)}"')
-        self.finish(report_csv(report))
 
 
 def cluster_accounting_routes(cluster: ClusterRuntime | None) -> list[tuple[str, type[RequestHandler], dict[str, Any]]]:
